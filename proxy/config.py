@@ -1,0 +1,101 @@
+"""Settings: one frozen object, read once at start-up from flags and environment.
+
+Every default lives in ``Settings``; ``load_settings`` is the only code that
+reads the environment. Each flag has an environment variable of the same
+meaning (named in ``--help``); a flag given on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+__all__ = ["Settings", "load_settings", "build_parser"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    upstream_url: str = "http://127.0.0.1:8081"
+    upstream_api_key: str | None = None
+    api_key: str | None = None
+    connect_timeout_s: float = 3.0
+    request_timeout_s: float = 55.0  # under SageMaker's 60 s invocation limit
+    max_body_bytes: int = 6 * 1024 * 1024  # SageMaker's real-time payload limit
+    retry_after_s: int = 2
+    n_probs: int = 64  # first read; widened only when a label is missing
+    max_connections: int = 256
+    shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port {self.port} is not a TCP port")
+        for name in ("connect_timeout_s", "request_timeout_s", "shutdown_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
+        if self.max_body_bytes < 1024:
+            raise ValueError("max_body_bytes must be at least 1024")
+        if self.n_probs < 1:
+            raise ValueError("n_probs must be at least 1")
+
+
+# flag -> (environment variable, help)
+_OPTIONS: dict[str, tuple[str, str]] = {
+    "host": ("PROXY_HOST", "address to listen on"),
+    "port": ("PROXY_PORT", "port to listen on"),
+    "upstream_url": ("UPSTREAM_URL", "base URL of llama-server"),
+    "upstream_api_key": ("UPSTREAM_API_KEY", "bearer key llama-server expects (never echoed)"),
+    "api_key": ("PROXY_API_KEY", "require 'Authorization: Bearer <key>' from clients"),
+    "connect_timeout_s": ("PROXY_CONNECT_TIMEOUT", "seconds to connect to llama-server"),
+    "request_timeout_s": ("PROXY_REQUEST_TIMEOUT", "seconds for a whole upstream call (504 after)"),
+    "max_body_bytes": ("PROXY_MAX_BODY_BYTES", "largest request body accepted (413 above)"),
+    "retry_after_s": ("PROXY_RETRY_AFTER", "Retry-After seconds sent with 503"),
+    "n_probs": ("PROXY_N_PROBS", "top log-probabilities asked for on the first read"),
+    "max_connections": ("PROXY_MAX_CONNECTIONS", "connections kept to llama-server"),
+    "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m proxy",
+        description="Decision sidecar for llama-server: OpenAI chat completions with "
+        "declared options ('semif') answered as per-option probabilities.",
+    )
+    defaults = Settings()
+    for f in fields(Settings):
+        env, text = _OPTIONS[f.name]
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=_type_of(getattr(defaults, f.name), f.type),
+            default=None,
+            help=f"{text} [env {env}] (default: {getattr(defaults, f.name)})",
+        )
+    return parser
+
+
+def load_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Settings:
+    """Flags first, then environment variables, then the defaults in ``Settings``."""
+    args = build_parser().parse_args(argv)
+    defaults = Settings()
+    values = {}
+    for f in fields(Settings):
+        value = getattr(args, f.name)
+        env = _OPTIONS[f.name][0]
+        if value is None and environ.get(env, "") != "":
+            value = _type_of(getattr(defaults, f.name), f.type)(environ[env])
+        if value is not None:
+            values[f.name] = value
+    return Settings(**values)
+
+
+def _type_of(default: object, annotation: object) -> type:
+    if isinstance(default, bool):
+        raise TypeError("no boolean settings yet")
+    if isinstance(default, (int, float)):
+        return type(default)
+    return str

@@ -1,0 +1,74 @@
+"""How a question is laid out for the model.
+
+The wording is pinned by ``PROMPT_FORMAT_VERSION`` and echoed in every answer,
+so a probability can be reproduced. Change the wording, bump the version.
+
+A chat request keeps the caller's conversation and gets the options block
+appended to its last user message (or as a new user message when the
+conversation does not end with one). The block always ends with
+``ANSWER_INSTRUCTION``; what the chat template puts after it (end of turn,
+assistant header, an empty thinking block) is the *answer context* in which
+labels are checked to be single tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .question import Question
+
+__all__ = [
+    "PROMPT_FORMAT_VERSION",
+    "ANSWER_INSTRUCTION",
+    "options_block",
+    "append_to_conversation",
+    "answer_context",
+]
+
+PROMPT_FORMAT_VERSION = "semif-1"
+ANSWER_INSTRUCTION = "Answer with the label of the best option only."
+
+_HEADERS = {
+    "choice": "Which option fits best?",
+    "noul": "Is the answer yes or no?",
+    "score": "Which level fits best? Levels run from lowest to highest.",
+}
+
+
+def options_block(question: Question, labels: Sequence[str]) -> str:
+    """The question, one ``LABEL: option`` line per option, then the answer instruction."""
+    if len(labels) != len(question.shown):
+        raise ValueError("one label per option")
+    header = question.instructions.strip() if question.instructions else _HEADERS[question.kind]
+    lines = [f"{label}: {' '.join(shown.split())}" for label, shown in zip(labels, question.shown)]
+    return "\n".join([header, "", "Options:", *lines, "", ANSWER_INSTRUCTION])
+
+
+def append_to_conversation(
+    messages: Sequence[dict[str, Any]], block: str
+) -> list[dict[str, Any]]:
+    """A copy of ``messages`` with ``block`` after the last user turn's text.
+
+    The caller's list and dicts are left untouched.
+    """
+    out = [dict(m) for m in messages]
+    last = out[-1] if out else None
+    if last is not None and last.get("role") == "user":
+        content = last.get("content")
+        if isinstance(content, str):
+            last["content"] = f"{content}\n\n{block}" if content else block
+            return out
+        if isinstance(content, list):
+            last["content"] = [*content, {"type": "text", "text": "\n\n" + block}]
+            return out
+    out.append({"role": "user", "content": block})
+    return out
+
+
+def answer_context(rendered_prompt: str) -> str:
+    """The text the chat template put after ``ANSWER_INSTRUCTION``: where the label goes."""
+    at = rendered_prompt.rfind(ANSWER_INSTRUCTION)
+    if at < 0:
+        raise ValueError("the rendered prompt lost the answer instruction")
+    return rendered_prompt[at + len(ANSWER_INSTRUCTION):]

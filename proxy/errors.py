@@ -1,0 +1,125 @@
+"""The error hierarchy and the one place that renders error bodies.
+
+    ProxyError                      status  meaning
+    ├── InvalidRequest              400     the client sent something we refuse; names the field
+    │   └── RequestTooLarge         413     body over the configured size
+    ├── Unauthorized                401     missing or wrong bearer key
+    └── UpstreamError                       llama-server could not give an answer
+        ├── UpstreamUnavailable     503     unreachable or still loading (Retry-After)
+        ├── UpstreamTimeout         504     no answer within the deadline
+        ├── UpstreamBadResponse     502     answered, but with something we cannot use
+        └── UpstreamRejected        400     refused the request we built (e.g. over context)
+
+Foreign exceptions (aiohttp, JSON) are translated into these at the module that
+meets them (``upstream.py``, the routes); nothing else raises HTTP errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+__all__ = [
+    "ProxyError",
+    "InvalidRequest",
+    "RequestTooLarge",
+    "Unauthorized",
+    "UpstreamError",
+    "UpstreamUnavailable",
+    "UpstreamTimeout",
+    "UpstreamBadResponse",
+    "UpstreamRejected",
+    "openai_error_body",
+    "openai_error_response",
+]
+
+
+class ProxyError(Exception):
+    status = 500
+    error_type = "server_error"
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequest(ProxyError):
+    status = 400
+    error_type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class RequestTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class UpstreamError(ProxyError):
+    status = 502
+    error_type = "upstream_error"
+    code = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    code = "upstream_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: int = 2):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamBadResponse(UpstreamError):
+    status = 502
+    code = "upstream_bad_response"
+
+
+class UpstreamRejected(UpstreamError):
+    """llama-server answered 4xx to a request the proxy built from the client's input."""
+
+    status = 400
+    error_type = "invalid_request_error"
+    code = "upstream_rejected"
+
+
+def openai_error_body(err: ProxyError) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": err.message,
+            "type": err.error_type,
+            "param": err.param,
+            "code": err.code,
+        }
+    }
+
+
+def openai_error_response(err: ProxyError) -> web.Response:
+    return web.Response(
+        status=err.status,
+        body=orjson.dumps(openai_error_body(err)),
+        content_type="application/json",
+        headers=err.headers(),
+    )

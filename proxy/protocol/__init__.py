@@ -1,0 +1,1 @@
+"""Wire formats: pydantic models and the translation of their errors."""

@@ -1,0 +1,80 @@
+"""The ``semif`` extension of an OpenAI chat-completions request.
+
+    "semif": {
+        "type": "choice" | "noul" | "score",       # default "choice"
+        "options": [...] | {name: description},    # noul: optional {"true":..,"false":..}
+        "temperature": 1.0                         # positive, finite
+    }
+
+``parse_semif`` turns it into a ``Question`` or raises ``InvalidRequest`` whose
+``param`` names the offending field (``semif.options.3``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..decision.question import (
+    Question,
+    QuestionError,
+    check_temperature,
+    choice_question,
+    noul_question,
+    score_question,
+)
+from ..errors import InvalidRequest
+
+__all__ = ["SemifSpec", "parse_semif", "refuse_incompatible"]
+
+_BUILDERS = {"choice": choice_question, "noul": noul_question, "score": score_question}
+
+
+class SemifSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["choice", "noul", "score"] = "choice"
+    options: Any = None
+    temperature: Any = 1.0
+
+
+def parse_semif(raw: object) -> Question:
+    if not isinstance(raw, dict):
+        raise InvalidRequest("semif must be an object", param="semif")
+    try:
+        spec = SemifSpec.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(part) for part in first["loc"])
+        raise InvalidRequest(f"semif.{loc}: {first['msg']}", param=f"semif.{loc}") from exc
+    try:
+        temperature = check_temperature(spec.temperature, ("temperature",))
+        return _BUILDERS[spec.type](spec.options, loc=("options",), temperature=temperature)
+    except QuestionError as exc:
+        param = ".".join(["semif", *(str(p) for p in exc.loc)])
+        raise InvalidRequest(f"{param}: {exc.message}", param=param) from exc
+
+
+def refuse_incompatible(body: dict[str, Any]) -> None:
+    """Fields that cannot be honoured by a one-token decision read are refused, not ignored."""
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise InvalidRequest("semif answers one choice; n must be 1", param="n")
+    if body.get("tools"):
+        raise InvalidRequest("semif cannot be combined with tools", param="tools")
+    if body.get("response_format") is not None:
+        raise InvalidRequest(
+            "semif cannot be combined with response_format", param="response_format"
+        )
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages must be a non-empty list", param="messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidRequest(
+                "each message must be an object with a string role", param=f"messages.{i}"
+            )
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidRequest("chat_template_kwargs must be an object", param="chat_template_kwargs")

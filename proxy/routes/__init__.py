@@ -1,0 +1,1 @@
+"""Thin HTTP handlers: parse, call the decision service or relay, render."""

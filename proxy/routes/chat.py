@@ -1,0 +1,39 @@
+"""POST /v1/chat/completions: decisions for requests with ``semif``, relay for the rest."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from ..app_keys import SERVICE, UPSTREAM
+from ..errors import InvalidRequest
+from ..protocol.chat import completion_body, completion_chunk
+from ..protocol.semif import parse_semif, refuse_incompatible
+from .common import json_object, json_response, relay
+
+__all__ = ["chat_completions"]
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    raw = await request.read()
+    body = json_object(raw)
+    if body.get("semif") is None:
+        return await relay(request, request.app[UPSTREAM], raw)
+    question = parse_semif(body["semif"])
+    refuse_incompatible(body)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequest("stream must be a boolean", param="stream")
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    outcome = await request.app[SERVICE].decide(
+        body["messages"], question, body.get("chat_template_kwargs")
+    )
+    if not stream:
+        return json_response(completion_body(outcome, model))
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    await response.write(b"data: " + orjson.dumps(completion_chunk(outcome, model)) + b"\n\n")
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response

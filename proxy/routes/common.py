@@ -1,0 +1,44 @@
+"""Helpers every route shares: JSON bodies in, relayed upstream answers out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from ..errors import InvalidRequest
+from ..upstream import Upstream
+
+__all__ = ["json_object", "json_response", "relay"]
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    return data
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+async def relay(request: web.Request, upstream: Upstream, body: bytes | None) -> web.StreamResponse:
+    """Send the client's request to llama-server unchanged and copy the answer back.
+
+    Event streams are copied chunk by chunk as they arrive; other bodies whole.
+    """
+    async with upstream.relay(request.method, request.path_qs, body, request.headers) as up:
+        if not up.is_stream:
+            payload = b"".join([chunk async for chunk in up.chunks])
+            return web.Response(status=up.status, body=payload, headers=up.headers)
+        response = web.StreamResponse(status=up.status, headers=up.headers)
+        await response.prepare(request)
+        async for chunk in up.chunks:
+            await response.write(chunk)
+        await response.write_eof()
+        return response

@@ -1,0 +1,146 @@
+"""The decision service: one question in, one exact ``Decision`` out.
+
+For each request it (1) assigns labels that are verified single tokens at the
+answer position of the served model's chat template, (2) appends the options
+block to the conversation, (3) reads the next token's log-probabilities with a
+grammar that allows only the labels, and (4) widens the read (same prompt,
+served from llama-server's prompt cache) until every label's log-probability
+is known. Nothing is guessed: a label missing from the widest read is an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .decision.labels import CANDIDATES, assign_labels, gbnf_alternatives, single_token_id
+from .decision.prompt import ANSWER_INSTRUCTION, answer_context, append_to_conversation, options_block
+from .decision.question import Question
+from .decision.readout import Decision, decide
+from .errors import UpstreamBadResponse
+from .upstream import NextToken, Upstream
+
+__all__ = ["DecisionService", "Outcome", "read_widths"]
+
+_WIDE_READ = 1024
+_UNKNOWN_VOCAB = 1 << 18  # llama-server clamps n_probs to its vocabulary
+_TOKENIZE_BATCH = 32
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decision: Decision
+    labels: tuple[str, ...]
+    model: str
+    prompt_tokens: int
+    prompt_evaluated: int
+    reads: int  # upstream reads needed to know every label exactly
+
+
+def read_widths(first: int, n_labels: int, n_vocab: int | None) -> list[int]:
+    """The top-k sizes tried in turn: the configured first read (at least 4 per
+    label), a wide read, then the whole vocabulary. Strictly increasing."""
+    vocab = n_vocab or _UNKNOWN_VOCAB
+    steps = [max(first, 4 * n_labels), max(_WIDE_READ, 16 * n_labels), vocab]
+    out: list[int] = []
+    for k in steps:
+        k = min(k, vocab)
+        if not out or k > out[-1]:
+            out.append(k)
+    return out
+
+
+class DecisionService:
+    def __init__(self, upstream: Upstream, *, n_probs: int):
+        self._upstream = upstream
+        self._n_probs = n_probs
+        self._lock = asyncio.Lock()
+        self._model: str | None = None
+        self._n_vocab: int | None = None
+        self._contexts: dict[str, str] = {}  # template kwargs (JSON) -> answer context
+        self._token_ids: dict[str, dict[str, int | None]] = {}  # context -> label -> id
+
+    async def decide(
+        self, messages: Sequence[Mapping[str, Any]], question: Question,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> Outcome:
+        kwargs = {"enable_thinking": False, **(template_kwargs or {})}
+        for attempt in range(2):
+            labels = await self._labels(len(question.names), kwargs)
+            outcome = await self._read(messages, question, labels, kwargs)
+            if outcome is not None:
+                return outcome
+            self._forget()  # another model answered: verify labels again, once
+        raise UpstreamBadResponse("llama-server changed models while answering")
+
+    async def _read(
+        self, messages: Sequence[Mapping[str, Any]], question: Question,
+        labels: list[tuple[str, int]], kwargs: dict[str, Any],
+    ) -> Outcome | None:
+        names = [label for label, _ in labels]
+        convo = append_to_conversation([dict(m) for m in messages], options_block(question, names))
+        grammar = gbnf_alternatives(names)
+        seen: dict[int, float] = {}
+        first: NextToken | None = None
+        evaluated = reads = 0
+        for width in read_widths(self._n_probs, len(labels), self._n_vocab):
+            read = await self._upstream.next_token(
+                convo, labels_grammar=grammar, n_probs=width, template_kwargs=kwargs
+            )
+            if read.model != self._model:
+                return None
+            first = first or read
+            reads += 1
+            evaluated += read.prompt_evaluated
+            seen.update(read.logprobs)
+            if all(tid in seen for _, tid in labels):
+                logprobs = [seen[tid] for _, tid in labels]
+                return Outcome(
+                    decide(question, logprobs), tuple(names), read.model,
+                    first.prompt_tokens, evaluated, reads,
+                )
+        missing = [label for label, tid in labels if tid not in seen]
+        raise UpstreamBadResponse(
+            f"llama-server returned no log-probability for labels {missing} "
+            "even over the whole vocabulary"
+        )
+
+    async def _labels(self, n: int, kwargs: dict[str, Any]) -> list[tuple[str, int]]:
+        key = orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode()
+        async with self._lock:
+            if self._model is None:
+                info = await self._upstream.model_info()
+                self._model, self._n_vocab = info.id, info.n_vocab
+            context = self._contexts.get(key)
+            if context is None:
+                probe = [{"role": "user", "content": "Question.\n\n" + ANSWER_INSTRUCTION}]
+                context = answer_context(await self._upstream.render(probe, kwargs))
+                self._contexts[key] = context
+            ids = self._token_ids.setdefault(context, {})
+            await self._verify_until(n, context, ids)
+        return assign_labels(n, ids)
+
+    async def _verify_until(self, n: int, context: str, ids: dict[str, int | None]) -> None:
+        """Tokenise candidates in context, in order, until ``n`` are usable (or none are left)."""
+        pending = [c for c in CANDIDATES if c not in ids]
+        base: list[int] | None = None
+        while _usable(ids) < n and pending:
+            if base is None:
+                base = await self._upstream.tokenize(context)
+            batch, pending = pending[:_TOKENIZE_BATCH], pending[_TOKENIZE_BATCH:]
+            encoded = await asyncio.gather(*(self._upstream.tokenize(context + c) for c in batch))
+            for label, with_label in zip(batch, encoded):
+                ids[label] = single_token_id(base, with_label)
+
+    def _forget(self) -> None:
+        self._model = self._n_vocab = None
+        self._contexts.clear()
+        self._token_ids.clear()
+
+
+def _usable(ids: Mapping[str, int | None]) -> int:
+    return len({tid for tid in ids.values() if tid is not None})

@@ -1,0 +1,263 @@
+"""The only module that knows llama-server's HTTP endpoints and JSON.
+
+Everything it returns is one of our own types; every failure leaves it as an
+``UpstreamError`` (see ``errors.py``), chaining the aiohttp or JSON cause:
+
+    connection refused / reset, 503 loading  -> UpstreamUnavailable (503)
+    no answer in time                        -> UpstreamTimeout (504)
+    4xx to a request built from client input -> UpstreamRejected (400)
+    5xx, 401/403, unparsable or odd JSON     -> UpstreamBadResponse (502)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from .config import Settings
+from .errors import (
+    UpstreamBadResponse,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+
+__all__ = ["Upstream", "NextToken", "ModelInfo", "Relay"]
+
+# Hop-by-hop and framing headers never copied between the two connections.
+_HOP_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
+        "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Content-Encoding",
+        "Host", "Authorization", "Server", "Date",
+    )
+)
+
+
+@dataclass(frozen=True)
+class NextToken:
+    """Log-probabilities of the next token's top candidates, by token id."""
+
+    logprobs: dict[int, float]
+    model: str
+    prompt_tokens: int
+    prompt_evaluated: int  # prompt tokens actually computed (not served from cache)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    id: str
+    n_vocab: int | None
+    n_ctx: int | None
+
+
+@dataclass
+class Relay:
+    """An upstream response being relayed: status, headers to copy, body chunks."""
+
+    status: int
+    headers: dict[str, str]
+    is_stream: bool
+    chunks: AsyncIterator[bytes]
+
+
+class Upstream:
+    def __init__(self, settings: Settings, session: aiohttp.ClientSession | None = None):
+        self._base = settings.upstream_url.rstrip("/")
+        self._retry_after = settings.retry_after_s
+        self._timeout = aiohttp.ClientTimeout(
+            total=settings.request_timeout_s, sock_connect=settings.connect_timeout_s
+        )
+        # Streams may run longer than one call; they are bounded between chunks instead.
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout_s,
+            sock_read=settings.request_timeout_s,
+        )
+        self._auth = (
+            {"Authorization": f"Bearer {settings.upstream_api_key}"}
+            if settings.upstream_api_key else {}
+        )
+        self._session = session or aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=settings.max_connections),
+            json_serialize=lambda o: orjson.dumps(o).decode(),
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    # -- decision reads -------------------------------------------------------
+
+    async def next_token(
+        self, messages: list[dict[str, Any]], *, labels_grammar: str, n_probs: int,
+        template_kwargs: Mapping[str, Any] | None,
+    ) -> NextToken:
+        """One grammar-constrained greedy token with the top ``n_probs`` log-probabilities."""
+        body: dict[str, Any] = {
+            "messages": messages,
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": n_probs,
+            "grammar": labels_grammar,
+            "cache_prompt": True,
+            "chat_template_kwargs": dict(template_kwargs or {}),
+        }
+        data = await self._post_json("/v1/chat/completions", body)
+        try:
+            first = data["choices"][0]["logprobs"]["content"][0]
+            top = {int(e["id"]): float(e["logprob"]) for e in first["top_logprobs"]}
+            usage = data["usage"]
+            prompt_tokens = int(usage["prompt_tokens"])
+            cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            model = str(data.get("model", ""))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise UpstreamBadResponse(
+                "llama-server's answer has no next-token log-probabilities"
+            ) from exc
+        return NextToken(top, model, prompt_tokens, max(0, prompt_tokens - cached))
+
+    async def render(
+        self, messages: list[dict[str, Any]], template_kwargs: Mapping[str, Any] | None
+    ) -> str:
+        """The prompt text the model's chat template makes of ``messages``."""
+        body = {"messages": messages, "chat_template_kwargs": dict(template_kwargs or {})}
+        data = await self._post_json("/apply-template", body)
+        prompt = data.get("prompt") if isinstance(data, dict) else None
+        if not isinstance(prompt, str):
+            raise UpstreamBadResponse("llama-server's /apply-template answer has no prompt")
+        return prompt
+
+    async def tokenize(self, text: str) -> list[int]:
+        data = await self._post_json("/tokenize", {"content": text, "add_special": False})
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise UpstreamBadResponse("llama-server's /tokenize answer has no token ids")
+        return tokens
+
+    async def model_info(self) -> ModelInfo:
+        data = await self._request_json("GET", "/v1/models", None)
+        try:
+            entry = data["data"][0]
+            meta = entry.get("meta") or {}
+            return ModelInfo(str(entry["id"]), meta.get("n_vocab"), meta.get("n_ctx"))
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise UpstreamBadResponse("llama-server's /v1/models answer names no model") from exc
+
+    async def health(self) -> bool:
+        try:
+            async with self._session.get(
+                self._base + "/health", timeout=aiohttp.ClientTimeout(total=1.5)
+            ) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
+
+    # -- pass-through ---------------------------------------------------------
+
+    @asynccontextmanager
+    async def relay(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> AsyncIterator[Relay]:
+        """Send the client's bytes unchanged; yield the upstream answer to copy back."""
+        out_headers = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
+        out_headers.update(self._auth)
+        try:
+            async with self._session.request(
+                method, self._base + path, data=body, headers=out_headers,
+                timeout=self._stream_timeout, auto_decompress=False,
+            ) as resp:
+                copy = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
+                if resp.status == 503 and "Retry-After" not in copy:
+                    copy["Retry-After"] = str(self._retry_after)
+                if "Content-Encoding" in resp.headers:
+                    copy["Content-Encoding"] = resp.headers["Content-Encoding"]
+                is_stream = resp.content_type == "text/event-stream"
+                yield Relay(resp.status, copy, is_stream, self._chunks(resp))
+        except UpstreamError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated, never swallowed
+            raise self._translate(exc) from exc
+
+    async def _chunks(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in resp.content.iter_any():
+                yield chunk
+        except Exception as exc:  # noqa: BLE001
+            raise self._translate(exc) from exc
+
+    # -- plumbing -------------------------------------------------------------
+
+    async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
+        return await self._request_json("POST", path, body)
+
+    async def _request_json(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        try:
+            async with self._session.request(
+                method, self._base + path,
+                data=None if body is None else orjson.dumps(body),
+                headers={"Content-Type": "application/json", **self._auth},
+                timeout=self._timeout,
+            ) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except Exception as exc:  # noqa: BLE001
+            raise self._translate(exc) from exc
+        if status != 200:
+            raise self._status_error(status, raw, path)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamBadResponse(f"llama-server answered {path} with invalid JSON") from exc
+
+    def _status_error(self, status: int, raw: bytes, path: str) -> UpstreamError:
+        message = _error_message(raw) or f"HTTP {status}"
+        if status == 503:
+            return UpstreamUnavailable(
+                f"llama-server is not ready: {message}", retry_after_s=self._retry_after
+            )
+        if status in (401, 403):
+            return UpstreamBadResponse(f"llama-server refused the proxy's credentials: {message}")
+        if 400 <= status < 500:
+            return UpstreamRejected(f"llama-server refused the request: {message}")
+        return UpstreamBadResponse(f"llama-server failed on {path} (HTTP {status}): {message}")
+
+    def _translate(self, exc: BaseException) -> UpstreamError:
+        if isinstance(exc, UpstreamError):
+            return exc
+        if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+            return UpstreamTimeout("llama-server did not answer in time")
+        if isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError)):
+            return UpstreamUnavailable(
+                f"llama-server is unreachable: {type(exc).__name__}",
+                retry_after_s=self._retry_after,
+            )
+        if isinstance(exc, aiohttp.ClientPayloadError):
+            return UpstreamBadResponse("llama-server's answer was cut short")
+        if isinstance(exc, aiohttp.ClientError):
+            return UpstreamBadResponse(f"llama-server call failed: {type(exc).__name__}")
+        raise exc
+
+
+def _error_message(raw: bytes) -> str | None:
+    """llama-server's error text from ``{"error": {"message": ...}}`` or a plain body."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        text = raw.decode("utf-8", "replace").strip()
+        return text[:500] or None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(err, str):
+            return err
+    return None
