@@ -84,8 +84,8 @@ class DecisionService:
         names = [label for label, _ in labels]
         convo = append_to_conversation([dict(m) for m in messages], options_block(question, names))
         grammar = gbnf_alternatives(names)
-        seen: dict[int, float] = {}
         first: NextToken | None = None
+        seen: dict[int, float] = {}
         evaluated = reads = 0
         for width in read_widths(self._n_probs, len(labels), self._n_vocab):
             read = await self._upstream.next_token(
@@ -96,7 +96,8 @@ class DecisionService:
             first = first or read
             reads += 1
             evaluated += read.prompt_evaluated
-            seen.update(read.logprobs)
+            # All labels from one read: one forward pass, one set of numerics.
+            seen = read.logprobs
             if all(tid in seen for _, tid in labels):
                 logprobs = [seen[tid] for _, tid in labels]
                 return Outcome(

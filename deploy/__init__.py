@@ -1,0 +1,1 @@
+"""Deployment as code for the semif sidecar: SageMaker (``deploy.deploy``, ``sagemaker.yaml``)."""

@@ -1,0 +1,88 @@
+import math
+
+import pytest
+
+from proxy.errors import InvalidRequest
+from proxy.protocol.semif import parse_semif, refuse_incompatible
+
+MANY = [f"o{i}" for i in range(256)]
+
+
+@pytest.mark.parametrize(
+    ("semif", "param", "says"),
+    [
+        ("billing", "semif", "must be an object"),
+        ({}, "semif.options", "required"),
+        ({"options": []}, "semif.options", "at least 2"),
+        ({"options": ["only"]}, "semif.options", "at least 2"),
+        ({"options": MANY}, "semif.options", "at most 255"),
+        ({"options": ["Billing", " billing "]}, "semif.options", "case-folding"),
+        ({"options": ["ß", "SS"]}, "semif.options", "case-folding"),  # casefold, not lower
+        ({"options": ["a", 3]}, "semif.options.1", "strings"),
+        ({"options": ["a", "  "]}, "semif.options.1", "empty"),
+        ({"options": {"a": "x", "b": 5}}, "semif.options.b", "string or null"),
+        ({"options": "a,b"}, "semif.options", "list of names"),
+        ({"type": "ranking", "options": ["a", "b"]}, "semif.type", "choice"),
+        ({"type": "score", "options": ["low"]}, "semif.options", "2 to 10"),
+        ({"type": "score", "options": [str(i) for i in range(11)]}, "semif.options", "2 to 10"),
+        ({"type": "score", "options": {"low": None, "high": None}}, "semif.options", "list"),
+        ({"type": "score", "options": ["low", None]}, "semif.options.1", "non-empty string"),
+        ({"type": "noul", "options": {"maybe": "?"}}, "semif.options", "only"),
+        ({"type": "noul", "options": ["true", "false"]}, "semif.options", "object"),
+        ({"options": ["a", "b"], "temperature": 0}, "semif.temperature", "positive"),
+        ({"options": ["a", "b"], "temperature": -1.5}, "semif.temperature", "positive"),
+        ({"options": ["a", "b"], "temperature": math.inf}, "semif.temperature", "finite"),
+        ({"options": ["a", "b"], "temperature": "1"}, "semif.temperature", "number"),
+        ({"options": ["a", "b"], "temperature": True}, "semif.temperature", "number"),
+        ({"options": ["a", "b"], "labels": ["x"]}, "semif.labels", "not permitted"),
+    ],
+)
+def test_invalid_semif_is_refused_naming_the_field(semif, param, says):
+    with pytest.raises(InvalidRequest) as caught:
+        parse_semif(semif)
+    assert caught.value.status == 400
+    assert caught.value.param == param
+    assert says in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("semif", "kind", "names"),
+    [
+        ({"options": ["billing", "shipping"]}, "choice", ("billing", "shipping")),
+        ({"options": {"🚚 ship": None, "bill": "money"}}, "choice", ("🚚 ship", "bill")),
+        ({"type": "noul"}, "noul", ("true", "false")),
+        ({"type": "noul", "options": {"true": "spam"}}, "noul", ("true", "false")),
+        ({"type": "score", "options": ["a", "b", "c"]}, "score", ("0", "1", "2")),
+        ({"options": MANY[:255], "temperature": 2}, "choice", tuple(MANY[:255])),
+    ],
+)
+def test_valid_semif(semif, kind, names):
+    q = parse_semif(semif)
+    assert (q.kind, q.names) == (kind, names)
+    assert q.temperature == float(semif.get("temperature", 1.0))
+
+
+BASE = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"n": 2}, "n"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [{"content": "no role"}]}, "messages.0"),
+        ({"chat_template_kwargs": "thinking"}, "chat_template_kwargs"),
+    ],
+)
+def test_incompatible_fields_are_refused(extra, param):
+    with pytest.raises(InvalidRequest) as caught:
+        refuse_incompatible({**BASE, **extra})
+    assert caught.value.param == param
+
+
+@pytest.mark.parametrize("extra", [{}, {"n": 1}, {"tools": []}, {"response_format": None}])
+def test_compatible_fields_pass(extra):
+    refuse_incompatible({**BASE, **extra})

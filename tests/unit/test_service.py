@@ -1,0 +1,97 @@
+"""The decision service with a recorded upstream: labels, widening, exactness."""
+
+import math
+
+import pytest
+
+from proxy.decision.question import choice_question
+from proxy.errors import UpstreamBadResponse
+from proxy.service import DecisionService, read_widths
+from proxy.upstream import ModelInfo, NextToken
+
+CONTEXT = "<|im_end|>\n<|im_start|>assistant\n"
+# Recorded from SmolLM2-135M: single letters are one token each after the header.
+TOKENS = {CONTEXT: [2, 198, 1, 520, 9531, 198]}
+TOKENS.update({CONTEXT + c: [*TOKENS[CONTEXT], 49 + i] for i, c in enumerate("ABCDEFG")})
+TOKENS[CONTEXT + "B"] = [*TOKENS[CONTEXT], 49, 49]  # pretend "B" is two tokens
+
+
+class RecordedUpstream:
+    def __init__(self, reads):
+        self.reads = list(reads)  # one dict of logprobs per call, in order
+        self.widths = []
+        self.model = "smollm2"
+        self.renders = 0
+
+    async def model_info(self):
+        return ModelInfo(self.model, 49152, 8192)
+
+    async def render(self, messages, kwargs):
+        self.renders += 1
+        assert kwargs["enable_thinking"] is False
+        return "<|im_start|>user\n" + messages[-1]["content"] + CONTEXT
+
+    async def tokenize(self, text):
+        return TOKENS.get(text, [0, 0, 0])
+
+    async def next_token(self, messages, *, labels_grammar, n_probs, template_kwargs):
+        self.widths.append(n_probs)
+        self.last_messages, self.last_grammar = messages, labels_grammar
+        return NextToken(self.reads.pop(0), self.model, 40, 40 if len(self.widths) == 1 else 1)
+
+
+@pytest.mark.parametrize(
+    ("first", "n", "vocab", "expected"),
+    [
+        (64, 3, 49152, [64, 1024, 49152]),
+        (64, 255, 49152, [1020, 4080, 49152]),
+        (64, 3, 500, [64, 500]),
+        (2000, 3, 49152, [2000, 49152]),
+        (64, 3, None, [64, 1024, 1 << 18]),
+    ],
+)
+def test_read_widths(first, n, vocab, expected):
+    assert read_widths(first, n, vocab) == expected
+
+
+async def test_labels_skip_multi_token_candidates_and_grammar_lists_them():
+    up = RecordedUpstream([{49: math.log(0.2), 51: math.log(0.1), 52: math.log(0.1)}])
+    out = await DecisionService(up, n_probs=8).decide(
+        [{"role": "user", "content": "route it"}], choice_question(["x", "y", "z"])
+    )
+    assert out.labels == ("A", "C", "D")
+    assert up.last_grammar == 'root ::= "A" | "C" | "D"'
+    assert "A: x\nC: y\nD: z" in up.last_messages[-1]["content"]
+    assert out.decision.probabilities == pytest.approx((0.5, 0.25, 0.25), rel=1e-12)
+    assert out.decision.label_mass == pytest.approx(0.4, rel=1e-12)
+    assert (out.reads, out.prompt_tokens, out.prompt_evaluated) == (1, 40, 40)
+
+
+async def test_missing_label_is_fetched_by_a_wider_read_not_guessed():
+    first = {49: -0.1, 51: -2.0}  # "D" (52) absent from the top-k
+    wider = {49: -0.2, 51: -2.5, 52: -9.0}  # the values used must all come from this read
+    up = RecordedUpstream([first, wider])
+    out = await DecisionService(up, n_probs=8).decide(
+        [{"role": "user", "content": "q"}], choice_question(["x", "y", "z"])
+    )
+    assert up.widths == [12, 1024]
+    expected = [math.exp(v) / sum(math.exp(w) for w in wider.values()) for v in wider.values()]
+    assert out.decision.probabilities == pytest.approx(expected, rel=1e-12)
+    assert (out.reads, out.prompt_evaluated) == (2, 41)
+
+
+async def test_label_absent_from_the_whole_vocabulary_is_an_upstream_error():
+    up = RecordedUpstream([{49: -0.1}] * 3)
+    with pytest.raises(UpstreamBadResponse, match="no log-probability"):
+        await DecisionService(up, n_probs=8).decide(
+            [{"role": "user", "content": "q"}], choice_question(["x", "y"])
+        )
+    assert up.widths == [8, 1024, 49152]
+
+
+async def test_labels_are_verified_once_per_template():
+    up = RecordedUpstream([{49: -1.0, 51: -1.0}] * 2)
+    service = DecisionService(up, n_probs=8)
+    for _ in range(2):
+        await service.decide([{"role": "user", "content": "q"}], choice_question(["x", "y"]))
+    assert up.renders == 1

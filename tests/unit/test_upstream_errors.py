@@ -1,0 +1,131 @@
+"""upstream.py against a stand-in HTTP server: every failure maps to our hierarchy."""
+
+import asyncio
+import socket
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from proxy.config import Settings
+from proxy.errors import (
+    UpstreamBadResponse,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from proxy.upstream import Upstream
+
+GOOD = {
+    "model": "m",
+    "choices": [{"logprobs": {"content": [{"top_logprobs": [
+        {"id": 49, "token": "A", "logprob": -0.5}, {"id": 50, "token": "B", "logprob": -1.5},
+    ]}]}}],
+    "usage": {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 7}},
+}
+
+
+async def _truncated(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Length": "1000", "Content-Type": "application/json"})
+    await resp.prepare(request)
+    await resp.write(b'{"choices": [')
+    request.transport.close()
+    return resp
+
+
+async def _slow(request: web.Request) -> web.Response:
+    await asyncio.sleep(2)
+    return web.json_response(GOOD)
+
+
+BEHAVIOURS = {
+    "good": lambda r: web.json_response(GOOD),
+    "loading": lambda r: web.json_response(
+        {"error": {"code": 503, "message": "Loading model"}}, status=503),
+    "too_long": lambda r: web.json_response(
+        {"error": {"code": 400, "message": "exceeds the available context size"}}, status=400),
+    "crash": lambda r: web.json_response({"error": {"message": "out of memory"}}, status=500),
+    "forbidden": lambda r: web.json_response({"error": {"message": "Invalid API Key"}}, status=401),
+    "not_json": lambda r: web.Response(text="<html>oops</html>"),
+    "no_logprobs": lambda r: web.json_response({"choices": [{"message": {"content": "A"}}]}),
+    "truncated": _truncated,
+    "slow": _slow,
+}
+
+
+@pytest.fixture
+async def stand_in():
+    mode = {"now": "good"}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        result = BEHAVIOURS[mode["now"]](request)
+        return await result if asyncio.iscoroutine(result) else result
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    server = TestServer(app)
+    await server.start_server()
+    yield mode, str(server.make_url(""))
+    await server.close()
+
+
+async def _read(base_url: str, timeout_s: float = 5.0):
+    up = Upstream(Settings(upstream_url=base_url, request_timeout_s=timeout_s, retry_after_s=7))
+    try:
+        return await up.next_token([{"role": "user", "content": "q"}], labels_grammar="root ::= \"A\"",
+                                   n_probs=2, template_kwargs=None)
+    finally:
+        await up.close()
+
+
+async def test_good_answer_is_parsed(stand_in):
+    _, url = stand_in
+    read = await _read(url)
+    assert read.logprobs == {49: -0.5, 50: -1.5}
+    assert (read.model, read.prompt_tokens, read.prompt_evaluated) == ("m", 10, 3)
+
+
+@pytest.mark.parametrize(
+    ("mode", "error", "status", "says"),
+    [
+        ("loading", UpstreamUnavailable, 503, "Loading model"),
+        ("too_long", UpstreamRejected, 400, "context size"),
+        ("crash", UpstreamBadResponse, 502, "out of memory"),
+        ("forbidden", UpstreamBadResponse, 502, "credentials"),
+        ("not_json", UpstreamBadResponse, 502, "invalid JSON"),
+        ("no_logprobs", UpstreamBadResponse, 502, "log-probabilities"),
+        ("truncated", UpstreamBadResponse, 502, ""),
+    ],
+)
+async def test_upstream_failures_map_to_our_errors(stand_in, mode, error, status, says):
+    state, url = stand_in
+    state["now"] = mode
+    with pytest.raises(error) as caught:
+        await _read(url)
+    assert caught.value.status == status
+    assert says in caught.value.message
+
+
+async def test_loading_carries_retry_after(stand_in):
+    state, url = stand_in
+    state["now"] = "loading"
+    with pytest.raises(UpstreamUnavailable) as caught:
+        await _read(url)
+    assert caught.value.headers() == {"Retry-After": "7"}
+
+
+async def test_slow_upstream_times_out(stand_in):
+    state, url = stand_in
+    state["now"] = "slow"
+    with pytest.raises(UpstreamTimeout) as caught:
+        await _read(url, timeout_s=0.3)
+    assert caught.value.status == 504
+
+
+async def test_unreachable_upstream_is_unavailable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connection refused
+        with pytest.raises(UpstreamUnavailable) as caught:
+            await _read(f"http://127.0.0.1:{port}")
+    assert caught.value.status == 503
