@@ -63,9 +63,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if err.status >= 500:
             log.warning("%s %s -> %d %s", request.method, request.path, err.status, err.message)
         return openai_error_response(err)
-    except web.HTTPRequestEntityTooLarge as exc:
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[SETTINGS].max_body_bytes
         return openai_error_response(RequestTooLarge(
-            f"the body is larger than the limit of {exc.max_size} bytes", code="request_too_large"
+            f"the body is larger than the limit of {limit} bytes", param=None
         ))
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.status != 500:

@@ -1,0 +1,75 @@
+"""Shared fixtures: the real llama-server (once per session) and the real proxy."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scripts.prepare import ensure_llama_server, ensure_model
+from scripts.stack import start_llama_server, start_proxy, stop, wait_ready
+
+__all__ = ["LlamaServer", "free_port", "launch_llama", "launch_proxy"]
+
+
+@dataclass(frozen=True)
+class LlamaServer:
+    url: str
+    port: int
+    binary: Path
+    model: Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binaries() -> tuple[Path, Path]:
+    binary = Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
+    model = Path(os.environ.get("MODEL") or ensure_model())
+    return binary, model
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+def launch_llama(logs_dir: Path, name: str, port: int | None = None):
+    binary, model = binaries()
+    port = port or free_port()
+    log = open(logs_dir / f"{name}-{port}.log", "ab")
+    proc = start_llama_server(binary, model, port, log=log)
+    wait_ready(f"http://127.0.0.1:{port}/health", proc)
+    return proc, LlamaServer(f"http://127.0.0.1:{port}", port, binary, model), log
+
+
+def launch_proxy(logs_dir: Path, upstream_url: str, *extra: str, env: dict[str, str] | None = None):
+    port = free_port()
+    log = open(logs_dir / f"proxy-{port}.log", "ab")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PROXY_", "UPSTREAM_"))}
+    proc = start_proxy(port, upstream_url, list(extra), log=log, env={**clean, **(env or {})})
+    wait_ready(f"http://127.0.0.1:{port}/v1/models", proc, timeout_s=30)
+    return proc, f"http://127.0.0.1:{port}", log
+
+
+@pytest.fixture(scope="session")
+def llama(logs_dir: Path) -> Iterator[LlamaServer]:
+    proc, server, log = launch_llama(logs_dir, "llama")
+    yield server
+    stop(proc)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def proxy_url(llama: LlamaServer, logs_dir: Path) -> Iterator[str]:
+    proc, url, log = launch_proxy(logs_dir, llama.url)
+    yield url
+    stop(proc)
+    log.close()

@@ -1,0 +1,70 @@
+"""llama-server going away and coming back; clients going away mid-request."""
+
+import asyncio
+import time
+
+import aiohttp
+import httpx
+import pytest
+
+from scripts.stack import stop
+from tests.conftest import free_port, launch_llama, launch_proxy
+
+DECISION = {
+    "messages": [{"role": "user", "content": "Ticket: the app crashes on start."}],
+    "semif": {"options": ["billing", "shipping", "technical"]},
+}
+
+
+@pytest.fixture
+def own_llama(logs_dir):
+    """A llama-server of this test's own, so stopping it disturbs nobody else."""
+    port = free_port()
+    started = [launch_llama(logs_dir, "own-llama", port)]
+    yield started, port
+    for proc, _, log in started:
+        stop(proc)
+        log.close()
+
+
+def test_stopped_llama_gives_503_then_recovers_without_restarting_the_proxy(own_llama, logs_dir):
+    started, port = own_llama
+    proc, server, _ = started[0]
+    proxy_proc, proxy_url, proxy_log = launch_proxy(logs_dir, server.url)
+    try:
+        assert httpx.post(proxy_url + "/v1/chat/completions", json=DECISION, timeout=60).status_code == 200
+        stop(proc)
+        for body in (DECISION, {"messages": DECISION["messages"], "max_tokens": 4}):
+            down = httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=30)
+            assert down.status_code == 503
+            assert int(down.headers["Retry-After"]) > 0
+            assert down.json()["error"]["code"] == "upstream_unavailable"
+        assert httpx.get(proxy_url + "/health").status_code == 503
+        started.append(launch_llama(logs_dir, "own-llama", port))
+        back = httpx.post(proxy_url + "/v1/chat/completions", json=DECISION, timeout=60)
+        assert back.status_code == 200
+        assert back.json()["semif"]["choice"] in DECISION["semif"]["options"]
+        assert httpx.get(proxy_url + "/health").status_code == 200
+    finally:
+        stop(proxy_proc)
+        proxy_log.close()
+
+
+async def _busy_slots(llama_url: str) -> int:
+    async with aiohttp.ClientSession() as s, s.get(llama_url + "/slots") as resp:
+        return sum(1 for slot in await resp.json() if slot.get("is_processing"))
+
+
+async def test_client_disconnect_cancels_the_upstream_generation(proxy_url, llama):
+    body = {"messages": [{"role": "user", "content": "Tell a very long story."}],
+            "max_tokens": 4000, "stream": True, "temperature": 0, "ignore_eos": True}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(proxy_url + "/v1/chat/completions", json=body) as resp:
+            assert resp.status == 200
+            await resp.content.readline()  # generation has started
+            assert await _busy_slots(llama.url) == 1
+        # leaving the block closed the connection mid-stream
+    deadline = time.monotonic() + 5
+    while await _busy_slots(llama.url) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert await _busy_slots(llama.url) == 0
