@@ -127,6 +127,8 @@ class DecisionService:
 
     async def _verify_until(self, n: int, context: str, ids: dict[str, int | None]) -> None:
         """Tokenise candidates in context, in order, until ``n`` are usable (or none are left)."""
+        if _usable(ids) >= n:
+            return
         pending = [c for c in CANDIDATES if c not in ids]
         base: list[int] | None = None
         while _usable(ids) < n and pending:

@@ -1,0 +1,110 @@
+"""Proxy overhead: one decision through the proxy vs the same one-token call sent
+straight to llama-server, interleaved in one run, at concurrency 1 and 8.
+
+    .venv/bin/python bench/overhead.py [--requests 200] [--rounds 6]
+
+Prints p50/p99 latency and throughput for both, and the ratios proxy/direct.
+Targets: latency ratio <= 1.05 at concurrency 1; throughput >= 0.95 of direct at 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+import aiohttp
+import orjson
+from _servers import llama_server, proxy
+
+from proxy.decision.labels import gbnf_alternatives
+from proxy.decision.prompt import append_to_conversation, options_block
+from proxy.decision.question import choice_question
+from proxy.service import read_widths
+
+MESSAGES = [{"role": "user", "content": "Ticket: I was charged twice for one order."}]
+OPTIONS = {"billing": "charges, refunds, invoices", "shipping": "delivery and parcels",
+           "technical": "bugs, crashes, log-in problems", "other": None}
+
+
+def direct_body(labels: list[str]) -> bytes:
+    """Exactly the one-token read the proxy sends for this decision."""
+    question = choice_question(OPTIONS)
+    return orjson.dumps({
+        "messages": append_to_conversation(MESSAGES, options_block(question, labels)),
+        "max_tokens": 1, "temperature": 0, "logprobs": True,
+        "top_logprobs": read_widths(64, len(labels), None)[0],
+        "grammar": gbnf_alternatives(labels), "cache_prompt": True,
+        "chat_template_kwargs": {"enable_thinking": False},
+    })
+
+
+async def run_batch(session, url, body, n, concurrency) -> tuple[list[float], float]:
+    latencies: list[float] = []
+    queue = iter(range(n))
+
+    async def worker():
+        for _ in queue:
+            t0 = time.perf_counter()
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                assert r.status == 200, r.status
+            latencies.append(time.perf_counter() - t0)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - started
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+async def measure(proxy_url, llama_url, requests, rounds, concurrency):
+    proxy_body = orjson.dumps({"messages": MESSAGES, "semif": {"options": OPTIONS}})
+    results = {"proxy": ([], 0.0), "direct": ([], 0.0)}
+    connector = aiohttp.TCPConnector(limit=64)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async with session.post(proxy_url + "/v1/chat/completions", data=proxy_body) as r:
+            labels = list((await r.json())["semif"]["labels"].values())
+        targets = {"proxy": (proxy_url, proxy_body), "direct": (llama_url, direct_body(labels))}
+        for name, (base, body) in targets.items():  # warm both paths
+            await run_batch(session, base + "/v1/chat/completions", body, 10, concurrency)
+        per_round = max(1, requests // rounds)
+        for i in range(rounds):
+            order = ["proxy", "direct"] if i % 2 == 0 else ["direct", "proxy"]
+            for name in order:
+                base, body = targets[name]
+                lat, wall = await run_batch(session, base + "/v1/chat/completions", body,
+                                            per_round, concurrency)
+                acc, total = results[name]
+                results[name] = (acc + lat, total + wall)
+    return results
+
+
+def report(concurrency, results) -> None:
+    rows = {}
+    for name, (lat, wall) in results.items():
+        rows[name] = (pct(lat, 50) * 1e3, pct(lat, 99) * 1e3, len(lat) / wall)
+    print(f"\nconcurrency {concurrency}")
+    print(f"  {'':8}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}")
+    for name, (p50, p99, thr) in rows.items():
+        print(f"  {name:8}{p50:10.2f}{p99:10.2f}{thr:10.1f}")
+    (pp50, pp99, pthr), (dp50, dp99, dthr) = rows["proxy"], rows["direct"]
+    print(f"  ratio   {pp50 / dp50:10.3f}{pp99 / dp99:10.3f}{pthr / dthr:10.3f}   (proxy / direct)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200, help="per target and concurrency")
+    parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds")
+    args = parser.parse_args()
+    with llama_server() as llama_url, proxy(llama_url) as proxy_url:
+        for concurrency in (1, 8):
+            results = asyncio.run(measure(proxy_url, llama_url, args.requests, args.rounds, concurrency))
+            report(concurrency, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""deploy/sagemaker.yaml: cfn-lint finds nothing, and it describes the same deployment
+as deploy/deploy.py (containers, their environment, variant, scaling)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cfnlint.api import ManualArgs, lint
+from cfnlint.decode.cfn_yaml import loads
+
+from deploy import deploy
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = (ROOT / "deploy" / "sagemaker.yaml").read_text()
+TEMPLATE = loads(TEXT)
+RESOURCES = TEMPLATE["Resources"]
+CONFIG = deploy.DeployConfig(
+    name="semif",
+    proxy_image="p",
+    llama_image="l",
+    model_data="s3://b/m.tar.gz",
+    role="arn:aws:iam::123456789012:role/r",
+)
+
+
+def findings(text: str) -> list[str]:
+    return [
+        f"{m.rule.id} line {m.linenumber}: {m.message}"
+        for m in lint(text, config=ManualArgs(regions=["us-east-1", "eu-west-1"]))
+    ]
+
+
+def test_cfn_lint_is_clean():
+    assert findings(TEXT) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "rule"),
+    [
+        ("Mode: Direct", "Mode: Parallel", "E3030"),
+        (
+            "PredefinedMetricType: SageMakerVariantInvocationsPerInstance",
+            "PredefinedMetricType: InvocationsPerMinute",
+            "E3030",
+        ),
+        ("ModelDataUrl: !Ref ModelDataUrl", "ModelDataUrl: !Ref ModelData", "E1020"),
+    ],
+)
+def test_cfn_lint_catches_broken_variants(old: str, new: str, rule: str):
+    assert old in TEXT
+    assert any(f.startswith(rule) for f in findings(TEXT.replace(old, new)))
+
+
+def test_model_has_the_proxy_and_llama_in_direct_mode():
+    model = RESOURCES["Model"]["Properties"]
+    assert model["InferenceExecutionConfig"]["Mode"] == "Direct"
+    assert [c["ContainerHostname"] for c in model["Containers"]] == ["proxy", "llama"]
+    assert "ModelDataUrl" in model["Containers"][1]
+
+
+def test_template_and_deploy_py_agree_on_containers():
+    ours = deploy.model_request(CONFIG)
+    template = RESOURCES["Model"]["Properties"]
+    assert ours["InferenceExecutionConfig"] == template["InferenceExecutionConfig"]
+    for mine, theirs in zip(ours["Containers"], template["Containers"], strict=True):
+        assert mine["ContainerHostname"] == theirs["ContainerHostname"]
+        assert set(mine["Environment"]) == set(theirs["Environment"])
+        assert ("ModelDataUrl" in mine) == ("ModelDataUrl" in theirs)
+    assert ours["Containers"][0]["Environment"]["PROXY_HOST"] == "0.0.0.0"
+    assert template["Containers"][0]["Environment"]["PROXY_HOST"] == "0.0.0.0"
+
+
+def test_template_and_deploy_py_agree_on_scaling():
+    ours = deploy.scaling_policy_request(CONFIG)["TargetTrackingScalingPolicyConfiguration"]
+    template = RESOURCES["InvocationsScalingPolicy"]["Properties"]
+    theirs = template["TargetTrackingScalingPolicyConfiguration"]
+    assert template["PolicyType"] == "TargetTrackingScaling"
+    assert theirs["PredefinedMetricSpecification"] == ours["PredefinedMetricSpecification"]
+    assert (theirs["ScaleInCooldown"], theirs["ScaleOutCooldown"]) == (
+        ours["ScaleInCooldown"],
+        ours["ScaleOutCooldown"],
+    )
+    target = RESOURCES["ScalableTarget"]["Properties"]
+    assert target["ScalableDimension"] == deploy.SCALABLE_DIMENSION
+    variant = RESOURCES["EndpointConfig"]["Properties"]["ProductionVariants"][0]
+    assert variant["VariantName"] == deploy.VARIANT
+    resource_id = f"endpoint/${{Endpoint.EndpointName}}/variant/{deploy.VARIANT}"
+    assert target["ResourceId"] == {"Fn::Sub": resource_id}
+
+
+def test_instance_types_default_to_cpu_and_allow_gpus():
+    instance = TEMPLATE["Parameters"]["InstanceType"]
+    assert instance["Default"] == deploy.DEFAULT_INSTANCE_TYPE == "ml.c7i.xlarge"
+    assert {"ml.g5.xlarge", "ml.g6.xlarge"} <= set(instance["AllowedValues"])

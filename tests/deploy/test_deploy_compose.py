@@ -1,0 +1,114 @@
+"""docker-compose.yml against the Compose Specification's JSON schema, plus the wiring
+between its services, Prometheus' scrape targets and the Grafana dashboard.
+
+compose-spec.json is the schema of compose-spec/compose-spec (``schema/compose-spec.json``,
+master), as vendored in check-jsonschema 0.39.0 (sha256 d549057e...0e64).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((Path(__file__).with_name("compose-spec.json")).read_text())
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+PROMETHEUS = yaml.safe_load((ROOT / "config" / "prometheus.yml").read_text())
+DASHBOARD = json.loads((ROOT / "config" / "grafana" / "decision-dashboard.json").read_text())
+
+
+def schema_errors(document: dict) -> list[str]:
+    validator = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(document)
+    ]
+
+
+def test_vendored_schema_is_a_valid_schema():
+    jsonschema.validators.validator_for(SCHEMA).check_schema(SCHEMA)
+    assert SCHEMA["title"] == "Compose Specification"
+
+
+def test_compose_file_follows_the_specification():
+    assert schema_errors(COMPOSE) == []
+
+
+def _typo(doc):
+    doc["services"]["proxy"]["helthcheck"] = doc["services"]["proxy"].pop("depends_on")
+
+
+def _bad_condition(doc):
+    doc["services"]["proxy"]["depends_on"]["llama"]["condition"] = "service_ready"
+
+
+def _ports_as_mapping(doc):
+    doc["services"]["proxy"]["ports"] = {"8080": 8080}
+
+
+@pytest.mark.parametrize("breakage", [_typo, _bad_condition, _ports_as_mapping])
+def test_the_schema_catches_broken_variants(breakage):
+    broken = copy.deepcopy(COMPOSE)
+    breakage(broken)
+    assert schema_errors(broken) != []
+
+
+def test_services_and_their_wiring():
+    services = COMPOSE["services"]
+    assert set(services) == {"llama", "proxy", "prometheus"}
+    llama, proxy = services["llama"], services["proxy"]
+    assert llama["build"]["dockerfile"] == "Dockerfile.llama"
+    assert proxy["build"]["dockerfile"] == "Dockerfile.proxy"
+    assert "./models:/opt/ml/model:ro" in llama["volumes"]
+    assert llama["environment"]["LLAMA_ARG_PORT"] == "8081"
+    assert "http://127.0.0.1:8081/health" in llama["healthcheck"]["test"]
+    assert proxy["environment"]["UPSTREAM_URL"] == "http://llama:8081"
+    assert proxy["depends_on"]["llama"]["condition"] == "service_healthy"
+    assert any(str(p).endswith(":8080:8080") or str(p) == "8080:8080" for p in proxy["ports"])
+
+
+def test_prometheus_is_pinned_and_scrapes_both():
+    prometheus = COMPOSE["services"]["prometheus"]
+    image, _, tag = prometheus["image"].partition(":")
+    assert image == "prom/prometheus" and tag.startswith("v") and tag != "latest"
+    assert "./config/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
+    targets = {
+        t
+        for job in PROMETHEUS["scrape_configs"]
+        for sc in job["static_configs"]
+        for t in sc["targets"]
+    }
+    assert targets == {"proxy:8080", "llama:8081"}
+
+
+def _expressions() -> list[str]:
+    return [t["expr"] for panel in DASHBOARD["panels"] for t in panel["targets"]]
+
+
+@pytest.mark.parametrize(
+    ("metric", "grouping"),
+    [
+        ("semif_request_duration_seconds_bucket", "sum by (route, le)"),
+        ("semif_decision_confidence_bucket", "sum by (le)"),
+        ("semif_label_mass_bucket", "sum by (le)"),
+        ("semif_upstream_errors_total", "sum by (kind)"),
+    ],
+)
+def test_dashboard_charts_each_metric(metric: str, grouping: str):
+    exprs = [e for e in _expressions() if metric in e]
+    assert exprs, f"no panel uses {metric}"
+    assert any(grouping in e for e in exprs)
+    if metric.endswith("_bucket"):
+        assert all(e.startswith("histogram_quantile(") for e in exprs)
+
+
+def test_dashboard_panels_are_distinct_and_use_the_datasource_variable():
+    ids = [p["id"] for p in DASHBOARD["panels"]]
+    assert len(ids) == len(set(ids))
+    assert {p["datasource"]["uid"] for p in DASHBOARD["panels"]} == {"${datasource}"}
+    assert DASHBOARD["templating"]["list"][0]["query"] == "prometheus"
