@@ -10,10 +10,18 @@ from aiohttp import web
 
 from .app_keys import SERVICE, SETTINGS, UPSTREAM
 from .config import Settings
-from .errors import InvalidRequest, ProxyError, RequestTooLarge, Unauthorized, openai_error_response
+from .errors import (
+    InvalidRequest,
+    ProxyError,
+    RequestTooLarge,
+    Unauthorized,
+    openai_error_response,
+    system_one_error_response,
+)
 from .routes.chat import chat_completions
 from .routes.common import relay
 from .routes.meta import health, models
+from .routes.systemone import system_one
 from .service import DecisionService
 from .upstream import Upstream
 
@@ -33,6 +41,7 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None) -> web.A
     app.cleanup_ctx.append(_upstream_ctx(upstream))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/systemone", system_one)
     app.router.add_get("/health", health)
     for path in ("/v1/completions", "/v1/embeddings"):
         app.router.add_post(path, _relay_route)
@@ -57,20 +66,19 @@ async def _relay_route(request: web.Request) -> web.StreamResponse:
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    render = system_one_error_response if request.path == "/v1/systemone" else openai_error_response
     try:
         return await handler(request)
     except ProxyError as err:
         if err.status >= 500:
             log.warning("%s %s -> %d %s", request.method, request.path, err.status, err.message)
-        return openai_error_response(err)
+        return render(err)
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SETTINGS].max_body_bytes
-        return openai_error_response(RequestTooLarge(
-            f"the body is larger than the limit of {limit} bytes", param=None
-        ))
+        return render(RequestTooLarge(f"the body is larger than the limit of {limit} bytes"))
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.status != 500:
-            return openai_error_response(_http_error(exc))
+            return render(_http_error(exc))
         raise
 
 

@@ -2,7 +2,8 @@
 
     ProxyError                      status  meaning
     ├── InvalidRequest              400     the client sent something we refuse; names the field
-    │   └── RequestTooLarge         413     body over the configured size
+    │   ├── RequestTooLarge         413     body over the configured size
+    │   └── Unprocessable           422     System One validation: a list of {loc, msg, type}
     ├── Unauthorized                401     missing or wrong bearer key
     └── UpstreamError                       llama-server could not give an answer
         ├── UpstreamUnavailable     503     unreachable or still loading (Retry-After)
@@ -25,6 +26,7 @@ __all__ = [
     "ProxyError",
     "InvalidRequest",
     "RequestTooLarge",
+    "Unprocessable",
     "Unauthorized",
     "UpstreamError",
     "UpstreamUnavailable",
@@ -33,6 +35,7 @@ __all__ = [
     "UpstreamRejected",
     "openai_error_body",
     "openai_error_response",
+    "system_one_error_response",
 ]
 
 
@@ -61,6 +64,18 @@ class InvalidRequest(ProxyError):
 class RequestTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"
+
+
+class Unprocessable(InvalidRequest):
+    """A System One request that fails validation; ``details`` are FastAPI-style entries."""
+
+    status = 422
+    code = "validation_error"
+
+    def __init__(self, details: list[dict[str, Any]]):
+        first = details[0]
+        super().__init__(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+        self.details = details
 
 
 class Unauthorized(ProxyError):
@@ -120,6 +135,25 @@ def openai_error_response(err: ProxyError) -> web.Response:
     return web.Response(
         status=err.status,
         body=orjson.dumps(openai_error_body(err)),
+        content_type="application/json",
+        headers=err.headers(),
+    )
+
+
+def system_one_error_response(err: ProxyError) -> web.Response:
+    """System One errors: 422 ``{"detail": [{loc, msg, type}]}``, others ``{"detail": msg}``."""
+    if isinstance(err, Unprocessable):
+        detail: Any = err.details
+    elif isinstance(err, InvalidRequest) and err.status == 400:
+        detail = [{"loc": ["body", *(err.param.split(".") if err.param else [])],
+                   "msg": err.message, "type": err.code}]
+        return web.Response(status=422, body=orjson.dumps({"detail": detail}),
+                            content_type="application/json")
+    else:
+        detail = err.message
+    return web.Response(
+        status=err.status,
+        body=orjson.dumps({"detail": detail}),
         content_type="application/json",
         headers=err.headers(),
     )

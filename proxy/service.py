@@ -18,11 +18,17 @@ from typing import Any
 import orjson
 
 from .decision.labels import CANDIDATES, assign_labels, gbnf_alternatives, single_token_id
-from .decision.prompt import ANSWER_INSTRUCTION, answer_context, append_to_conversation, options_block
+from .decision.prompt import (
+    ANSWER_INSTRUCTION,
+    answer_context,
+    append_to_conversation,
+    options_block,
+    state_messages,
+)
 from .decision.question import Question
 from .decision.readout import Decision, decide
 from .errors import UpstreamBadResponse
-from .upstream import NextToken, Upstream
+from .upstream import ModelInfo, NextToken, Upstream
 
 __all__ = ["DecisionService", "Outcome", "read_widths"]
 
@@ -61,6 +67,8 @@ class DecisionService:
         self._lock = asyncio.Lock()
         self._model: str | None = None
         self._n_vocab: int | None = None
+        self._info: ModelInfo | None = None
+        self._slots: int | None = None
         self._contexts: dict[str, str] = {}  # template kwargs (JSON) -> answer context
         self._token_ids: dict[str, dict[str, int | None]] = {}  # context -> label -> id
 
@@ -76,6 +84,45 @@ class DecisionService:
                 return outcome
             self._forget()  # another model answered: verify labels again, once
         raise UpstreamBadResponse("llama-server changed models while answering")
+
+    async def decide_many(
+        self, state_text: str, questions: Mapping[str, Question]
+    ) -> dict[str, Outcome]:
+        """Answer every question about one state, each in its own prompt (state
+        first, question last), so no answer depends on the other questions.
+
+        The first question is read alone: it computes the state's KV in one slot.
+        The rest follow at most ``total_slots`` at a time, reusing that prefix.
+        """
+        items = list(questions.items())
+        messages = state_messages(state_text)
+        first_id, first = items[0]
+        outcomes = {first_id: await self.decide(messages, first)}
+        if len(items) > 1:
+            limit = asyncio.Semaphore(await self._total_slots())
+
+            async def one(qid: str, question: Question) -> None:
+                async with limit:
+                    outcomes[qid] = await self.decide(messages, question)
+
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for qid, question in items[1:]:
+                        group.create_task(one(qid, question))
+            except ExceptionGroup as failed:  # the first failure speaks for the request
+                raise failed.exceptions[0] from None
+        return {qid: outcomes[qid] for qid, _ in items}
+
+    async def model(self) -> ModelInfo:
+        """What llama-server serves (cached; refreshed when another model answers)."""
+        if self._info is None:
+            self._info = await self._upstream.model_info()
+        return self._info
+
+    async def _total_slots(self) -> int:
+        if self._slots is None:
+            self._slots = await self._upstream.total_slots() or 1
+        return self._slots
 
     async def _read(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
@@ -114,7 +161,7 @@ class DecisionService:
         key = orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode()
         async with self._lock:
             if self._model is None:
-                info = await self._upstream.model_info()
+                info = await self.model()
                 self._model, self._n_vocab = info.id, info.n_vocab
             context = self._contexts.get(key)
             if context is None:
@@ -140,7 +187,7 @@ class DecisionService:
                 ids[label] = single_token_id(base, with_label)
 
     def _forget(self) -> None:
-        self._model = self._n_vocab = None
+        self._model = self._n_vocab = self._info = self._slots = None
         self._contexts.clear()
         self._token_ids.clear()
 

@@ -57,6 +57,9 @@ class ModelInfo:
     id: str
     n_vocab: int | None
     n_ctx: int | None
+    aliases: tuple[str, ...] = ()
+    output_modalities: tuple[str, ...] = ("text",)
+    created: int | None = None
 
 
 @dataclass
@@ -148,9 +151,21 @@ class Upstream:
         try:
             entry = data["data"][0]
             meta = entry.get("meta") or {}
-            return ModelInfo(str(entry["id"]), meta.get("n_vocab"), meta.get("n_ctx"))
+            architecture = entry.get("architecture") or {}
+            return ModelInfo(
+                str(entry["id"]), meta.get("n_vocab"), meta.get("n_ctx"),
+                tuple(str(a) for a in entry.get("aliases") or ()),
+                tuple(str(m) for m in architecture.get("output_modalities") or ("text",)),
+                entry.get("created") if isinstance(entry.get("created"), int) else None,
+            )
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise UpstreamBadResponse("llama-server's /v1/models answer names no model") from exc
+
+    async def total_slots(self) -> int | None:
+        """How many requests llama-server computes at once (``-np``), if it says."""
+        data = await self._request_json("GET", "/props", None)
+        slots = data.get("total_slots") if isinstance(data, dict) else None
+        return slots if isinstance(slots, int) and slots > 0 else None
 
     async def health(self) -> bool:
         try:

@@ -24,10 +24,13 @@ __all__ = [
     "options_block",
     "append_to_conversation",
     "answer_context",
+    "STATE_HEADER",
+    "state_messages",
 ]
 
 PROMPT_FORMAT_VERSION = "semif-1"
 ANSWER_INSTRUCTION = "Answer with the label of the best option only."
+STATE_HEADER = "Read the following and answer the question after it."
 
 _HEADERS = {
     "choice": "Which option fits best?",
@@ -72,3 +75,13 @@ def answer_context(rendered_prompt: str) -> str:
     if at < 0:
         raise ValueError("the rendered prompt lost the answer instruction")
     return rendered_prompt[at + len(ANSWER_INSTRUCTION):]
+
+
+def state_messages(state_text: str) -> list[dict[str, Any]]:
+    """The conversation a System One question is asked in: one user turn with the state.
+
+    The question block is appended after it, so every question of a request
+    shares the text up to the end of the state, which llama-server's prompt
+    cache then computes once.
+    """
+    return [{"role": "user", "content": f"{STATE_HEADER}\n\n{state_text}"}]

@@ -7,10 +7,11 @@ each API can render it in its own shape (OpenAI ``param``, System One ``loc``).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "Kind",
@@ -25,6 +26,7 @@ __all__ = [
     "score_question",
     "noul_question",
     "check_temperature",
+    "as_text",
 ]
 
 Kind = Literal["choice", "noul", "score"]
@@ -45,13 +47,26 @@ class QuestionError(ValueError):
 
 @dataclass(frozen=True)
 class Question:
-    """``names`` key the probabilities; ``shown`` is what the prompt lists for each."""
+    """``names`` key the probabilities; ``shown`` is what the prompt lists for each;
+    ``legend`` (score only) holds the caller's level values, echoed unchanged."""
 
     kind: Kind
     names: tuple[str, ...]
     shown: tuple[str, ...]
     instructions: str | None = None
     temperature: float = 1.0
+    legend: tuple[Any, ...] | None = None
+
+
+def as_text(value: object) -> str:
+    """A description or level as prompt text: strings as they are, objects and arrays as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _is_description(value: object) -> bool:
+    return value is None or isinstance(value, (str, dict, list))
 
 
 def check_temperature(value: object, loc: tuple[str | int, ...]) -> float:
@@ -89,11 +104,11 @@ def score_question(
             f"a score needs {MIN_LEVELS} to {MAX_LEVELS} levels, got {len(levels)}", loc
         )
     for i, level in enumerate(levels):
-        if not isinstance(level, str) or not level.strip():
-            raise QuestionError("each level must be a non-empty string", (*loc, i))
+        if level is None or not _is_description(level) or not as_text(level).strip():
+            raise QuestionError("each level must be a non-empty string, object or array", (*loc, i))
     names = tuple(str(i) for i in range(len(levels)))
-    shown = tuple(levels)
-    return Question("score", names, shown, instructions, temperature)
+    shown = tuple(as_text(level) for level in levels)
+    return Question("score", names, shown, instructions, temperature, tuple(levels))
 
 
 def noul_question(
@@ -108,8 +123,8 @@ def noul_question(
     for key, desc in criteria.items():
         if key not in NOUL_NAMES:
             raise QuestionError(f'noul criteria take only "true" and "false", not {key!r}', loc)
-        if desc is not None and not isinstance(desc, str):
-            raise QuestionError("a description must be a string or null", (*loc, key))
+        if not _is_description(desc):
+            raise QuestionError("a description must be a string, object, array or null", (*loc, key))
     shown = tuple(_with_description(_NOUL_SHOWN[n], criteria.get(n)) for n in NOUL_NAMES)
     return Question("noul", NOUL_NAMES, shown, instructions, temperature)
 
@@ -123,8 +138,10 @@ def _names_and_descriptions(
         names = list(options.keys())
         descriptions = list(options.values())
         for name, desc in options.items():
-            if desc is not None and not isinstance(desc, str):
-                raise QuestionError("a description must be a string or null", (*loc, name))
+            if not _is_description(desc):
+                raise QuestionError(
+                    "a description must be a string, object, array or null", (*loc, name)
+                )
     elif isinstance(options, Sequence) and not isinstance(options, (str, bytes)):
         names, descriptions = list(options), [None] * len(options)
     else:
@@ -149,5 +166,6 @@ def _check_distinct(names: Sequence[str], loc: tuple[str | int, ...]) -> None:
         seen[key] = name
 
 
-def _with_description(name: str, description: str | None) -> str:
-    return f"{name} - {description.strip()}" if description and description.strip() else name
+def _with_description(name: str, description: object) -> str:
+    text = as_text(description).strip() if description is not None else ""
+    return f"{name} - {text}" if text else name

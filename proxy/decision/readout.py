@@ -103,7 +103,7 @@ def system_one_answer(decision: Decision) -> dict[str, Any]:
         return {
             "type": "score",
             "score": expected_level(probs),
-            "legend": {name: level for name, level in zip(q.names, q.shown)},
+            "legend": dict(zip(q.names, q.legend if q.legend is not None else q.shown)),
             "probabilities": by_name,
             "confidence": score_confidence(probs),
         }

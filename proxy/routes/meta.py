@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..app_keys import UPSTREAM
+import datetime as dt
+
+import orjson
+
+from ..app_keys import SERVICE, UPSTREAM
 from .common import json_response, relay
+from .systemone import accepted_model_names
 
 __all__ = ["health", "models"]
 
@@ -17,4 +22,18 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.StreamResponse:
-    return await relay(request, request.app[UPSTREAM], None)
+    """llama-server's OpenAI list (``object``, ``data``) plus the System One list
+    (``models``: name, description, release_date), in one body."""
+    async with request.app[UPSTREAM].relay("GET", "/v1/models", None, {}) as up:
+        raw = b"".join([chunk async for chunk in up.chunks])
+        if up.status != 200:
+            return web.Response(status=up.status, body=raw, headers=up.headers)
+    body = orjson.loads(raw)
+    info = await request.app[SERVICE].model()
+    released = dt.datetime.fromtimestamp(info.created or 0, dt.timezone.utc).date().isoformat()
+    body["models"] = [
+        {"name": name, "description": f"{info.id} served by llama-server, read as a decision model",
+         "release_date": released}
+        for name in accepted_model_names(info)
+    ]
+    return json_response(body)

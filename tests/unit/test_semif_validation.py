@@ -20,7 +20,7 @@ MANY = [f"o{i}" for i in range(256)]
         ({"options": ["ß", "SS"]}, "semif.options", "case-folding"),  # casefold, not lower
         ({"options": ["a", 3]}, "semif.options.1", "strings"),
         ({"options": ["a", "  "]}, "semif.options.1", "empty"),
-        ({"options": {"a": "x", "b": 5}}, "semif.options.b", "string or null"),
+        ({"options": {"a": "x", "b": 5}}, "semif.options.b", "string, object, array or null"),
         ({"options": "a,b"}, "semif.options", "list of names"),
         ({"type": "ranking", "options": ["a", "b"]}, "semif.type", "choice"),
         ({"type": "score", "options": ["low"]}, "semif.options", "2 to 10"),

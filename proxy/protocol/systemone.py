@@ -1,0 +1,125 @@
+"""The System One API (TypeSafe ``POST /v1/systemone``) on any chat model.
+
+    {"model": "jev-latest", "state": <string|object|array>,
+     "questions": {<id>: {"type": "choice"|"score"|"noul", "instructions": ..., "criteria": ...}}}
+
+``parse_request`` validates the shape with pydantic and the meaning with the
+question builders; every failure becomes ``Unprocessable`` with FastAPI-style
+``{loc, msg, type}`` entries whose ``loc`` starts with ``"body"``. Unknown
+top-level fields are ignored, as the API does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..decision.prompt import PROMPT_FORMAT_VERSION
+from ..decision.question import (
+    Question,
+    QuestionError,
+    as_text,
+    choice_question,
+    noul_question,
+    score_question,
+)
+from ..decision.readout import system_one_answer
+from ..errors import Unprocessable
+from ..service import Outcome
+
+__all__ = ["MAX_QUESTIONS", "SystemOneCall", "parse_request", "response_body", "DEFAULT_MODEL"]
+
+MAX_QUESTIONS = 128
+DEFAULT_MODEL = "jev-latest"
+
+Text = str | dict[str, Any] | list[Any] | None
+
+
+class _Question(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    instructions: Text = None
+
+
+class _Choice(_Question):
+    type: Literal["choice"]
+    criteria: Any
+
+
+class _Score(_Question):
+    type: Literal["score"]
+    criteria: Any
+
+
+class _Noul(_Question):
+    type: Literal["noul"]
+    criteria: Any = None
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    state: Any
+    questions: Annotated[
+        dict[str, Annotated[_Choice | _Score | _Noul, Field(discriminator="type")]],
+        Field(min_length=1, max_length=MAX_QUESTIONS),
+    ]
+
+    @field_validator("state")
+    @classmethod
+    def _state_is_content(cls, value: Any) -> Any:
+        if value is None or not isinstance(value, (str, dict, list)):
+            raise ValueError("state must be a string, an object or an array")
+        return value
+
+
+@dataclass(frozen=True)
+class SystemOneCall:
+    model: str | None
+    state_text: str
+    questions: dict[str, Question]
+
+
+_BUILDERS = {"choice": choice_question, "score": score_question, "noul": noul_question}
+
+
+def parse_request(body: dict[str, Any]) -> SystemOneCall:
+    try:
+        request = _Request.model_validate(body)
+    except ValidationError as exc:
+        raise Unprocessable([_detail(e) for e in exc.errors()]) from exc
+    questions: dict[str, Question] = {}
+    details: list[dict[str, Any]] = []
+    for qid, q in request.questions.items():
+        loc = ("body", "questions", qid, q.type, "criteria")
+        instructions = as_text(q.instructions) if q.instructions is not None else None
+        try:
+            questions[qid] = _BUILDERS[q.type](q.criteria, loc=loc, instructions=instructions)
+        except QuestionError as err:
+            details.append({"loc": list(err.loc), "msg": err.message, "type": "value_error"})
+    if details:
+        raise Unprocessable(details)
+    return SystemOneCall(request.model, as_text(request.state), questions)
+
+
+def _detail(error: Any) -> dict[str, Any]:
+    return {"loc": ["body", *error["loc"]], "msg": error["msg"], "type": error["type"]}
+
+
+def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
+    answers = {}
+    for qid, outcome in outcomes.items():
+        answer = system_one_answer(outcome.decision)
+        answer["x_label_mass"] = outcome.decision.label_mass
+        answer["x_reads"] = outcome.reads
+        answer["x_prompt_format_version"] = PROMPT_FORMAT_VERSION
+        answers[qid] = answer
+    return {
+        "model": model,
+        "answers": answers,
+        "usage": {
+            "input_tokens": sum(o.prompt_evaluated for o in outcomes.values()),
+            "output_tokens": sum(o.reads for o in outcomes.values()),
+        },
+    }

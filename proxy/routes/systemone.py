@@ -1,0 +1,48 @@
+"""POST /v1/systemone: the System One API answered by reading labels from any chat model.
+
+A model that is itself a decision model (llama-server lists ``decisions`` in
+its ``output_modalities``) gets the request forwarded untouched instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from aiohttp import web
+
+from ..app_keys import SERVICE, UPSTREAM
+from ..errors import InvalidRequest, Unprocessable
+from ..protocol.systemone import DEFAULT_MODEL, parse_request, response_body
+from ..upstream import ModelInfo
+from .common import json_object, json_response, relay
+
+__all__ = ["system_one", "accepted_model_names"]
+
+
+def accepted_model_names(info: ModelInfo) -> list[str]:
+    """Names a request may use for the served model: the System One default alias,
+    llama-server's model id and aliases, and the GGUF file's stem."""
+    names = [DEFAULT_MODEL, info.id, *info.aliases, PurePath(info.id).stem]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+async def system_one(request: web.Request) -> web.StreamResponse:
+    raw = await request.read()
+    try:
+        body = json_object(raw)
+    except InvalidRequest as err:
+        raise Unprocessable([{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]) from err
+    service = request.app[SERVICE]
+    info = await service.model()
+    if "decisions" in info.output_modalities:
+        return await relay(request, request.app[UPSTREAM], raw)
+    call = parse_request(body)
+    accepted = accepted_model_names(info)
+    if call.model is not None and call.model not in accepted:
+        raise Unprocessable([{
+            "loc": ["body", "model"],
+            "msg": f"unknown model {call.model!r}; this server answers as {accepted}",
+            "type": "value_error",
+        }])
+    outcomes = await service.decide_many(call.state_text, call.questions)
+    return json_response(response_body(call.model or DEFAULT_MODEL, outcomes))
