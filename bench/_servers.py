@@ -40,10 +40,10 @@ def llama_server(binary: Path | None = None, extra: list[str] | None = None) -> 
 
 
 @contextlib.contextmanager
-def proxy(upstream_url: str) -> Iterator[str]:
+def proxy(upstream_url: str, extra: list[str] | None = None) -> Iterator[str]:
     port = free_port()
     with tempfile.TemporaryFile() as log:
-        proc = start_proxy(port, upstream_url, log=log)
+        proc = start_proxy(port, upstream_url, extra, log=log)
         try:
             wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=30)
             yield f"http://127.0.0.1:{port}"

@@ -5,11 +5,18 @@ from __future__ import annotations
 from aiohttp import web
 
 from .config import Settings
+from .metrics import Metrics
 from .service import DecisionService
 from .upstream import Upstream
 
-__all__ = ["SETTINGS", "UPSTREAM", "SERVICE"]
+__all__ = ["SETTINGS", "UPSTREAM", "SERVICE", "METRICS", "KIND", "API"]
 
 SETTINGS = web.AppKey("settings", Settings)
 UPSTREAM = web.AppKey("upstream", Upstream)
 SERVICE = web.AppKey("service", DecisionService)
+METRICS = web.AppKey("metrics", Metrics)
+
+# What a request turned out to be ("decision" or "relay"), for the metrics.
+KIND = web.RequestKey("kind", str)
+# Which API's error shape the request is answered in ("openai" or "systemone").
+API = web.RequestKey("api", str)

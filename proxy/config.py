@@ -27,6 +27,7 @@ class Settings:
     max_body_bytes: int = 6 * 1024 * 1024  # SageMaker's real-time payload limit
     retry_after_s: int = 2
     n_probs: int = 64  # first read; widened only when a label is missing
+    question_fanout: int = 1  # questions of one request read at once after the first
     max_connections: int = 256
     shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
 
@@ -40,6 +41,8 @@ class Settings:
             raise ValueError("max_body_bytes must be at least 1024")
         if self.n_probs < 1:
             raise ValueError("n_probs must be at least 1")
+        if self.question_fanout < 0:
+            raise ValueError("question_fanout must be 0 (one per llama-server slot) or more")
 
 
 # flag -> (environment variable, help)
@@ -54,6 +57,11 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", "largest request body accepted (413 above)"),
     "retry_after_s": ("PROXY_RETRY_AFTER", "Retry-After seconds sent with 503"),
     "n_probs": ("PROXY_N_PROBS", "top log-probabilities asked for on the first read"),
+    "question_fanout": (
+        "PROXY_QUESTION_FANOUT",
+        "questions of one request read in parallel after the first; 1 reads the shared state "
+        "once (best on CPU), 0 uses every llama-server slot (each computes the state once)",
+    ),
     "max_connections": ("PROXY_MAX_CONNECTIONS", "connections kept to llama-server"),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
 }

@@ -28,6 +28,7 @@ from .decision.prompt import (
 from .decision.question import Question
 from .decision.readout import Decision, decide
 from .errors import UpstreamBadResponse
+from .metrics import Metrics
 from .upstream import ModelInfo, NextToken, Upstream
 
 __all__ = ["DecisionService", "Outcome", "read_widths"]
@@ -61,9 +62,14 @@ def read_widths(first: int, n_labels: int, n_vocab: int | None) -> list[int]:
 
 
 class DecisionService:
-    def __init__(self, upstream: Upstream, *, n_probs: int):
+    def __init__(
+        self, upstream: Upstream, *, n_probs: int, question_fanout: int = 1,
+        metrics: Metrics | None = None,
+    ):
         self._upstream = upstream
+        self._metrics = metrics
         self._n_probs = n_probs
+        self._fanout = question_fanout
         self._lock = asyncio.Lock()
         self._model: str | None = None
         self._n_vocab: int | None = None
@@ -76,11 +82,22 @@ class DecisionService:
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         template_kwargs: Mapping[str, Any] | None = None,
     ) -> Outcome:
+        """One question asked at the end of a conversation."""
+        if self._metrics:
+            self._metrics.questions.observe(1)
+        return await self._decide(messages, question, template_kwargs)
+
+    async def _decide(
+        self, messages: Sequence[Mapping[str, Any]], question: Question,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> Outcome:
         kwargs = {"enable_thinking": False, **(template_kwargs or {})}
         for attempt in range(2):
             labels = await self._labels(len(question.names), kwargs)
             outcome = await self._read(messages, question, labels, kwargs)
             if outcome is not None:
+                if self._metrics:
+                    self._metrics.decision(outcome.decision, outcome.reads)
                 return outcome
             self._forget()  # another model answered: verify labels again, once
         raise UpstreamBadResponse("llama-server changed models while answering")
@@ -92,18 +109,24 @@ class DecisionService:
         first, question last), so no answer depends on the other questions.
 
         The first question is read alone: it computes the state's KV in one slot.
-        The rest follow at most ``total_slots`` at a time, reusing that prefix.
+        The rest follow ``question_fanout`` at a time (0: one per llama-server
+        slot). One at a time, each lands in the slot that holds the state and
+        computes only its own question; in parallel, every other slot computes
+        the state once more, which costs more than it saves on a CPU
+        (bench/shared_state.py) but is nearly free on a GPU.
         """
         items = list(questions.items())
+        if self._metrics:
+            self._metrics.questions.observe(len(items))
         messages = state_messages(state_text)
         first_id, first = items[0]
-        outcomes = {first_id: await self.decide(messages, first)}
+        outcomes = {first_id: await self._decide(messages, first)}
         if len(items) > 1:
-            limit = asyncio.Semaphore(await self._total_slots())
+            limit = asyncio.Semaphore(self._fanout or await self._total_slots())
 
             async def one(qid: str, question: Question) -> None:
                 async with limit:
-                    outcomes[qid] = await self.decide(messages, question)
+                    outcomes[qid] = await self._decide(messages, question)
 
             try:
                 async with asyncio.TaskGroup() as group:

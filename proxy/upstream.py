@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 
 from .config import Settings
+from .metrics import upstream_timer
 from .errors import (
     UpstreamBadResponse,
     UpstreamError,
@@ -216,14 +217,15 @@ class Upstream:
 
     async def _request_json(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         try:
-            async with self._session.request(
-                method, self._base + path,
-                data=None if body is None else orjson.dumps(body),
-                headers={"Content-Type": "application/json", **self._auth},
-                timeout=self._timeout,
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
+            with upstream_timer():
+                async with self._session.request(
+                    method, self._base + path,
+                    data=None if body is None else orjson.dumps(body),
+                    headers={"Content-Type": "application/json", **self._auth},
+                    timeout=self._timeout,
+                ) as resp:
+                    raw = await resp.read()
+                    status = resp.status
         except Exception as exc:  # noqa: BLE001
             raise self._translate(exc) from exc
         if status != 200:

@@ -46,7 +46,12 @@ def launch_llama(logs_dir: Path, name: str, port: int | None = None):
     port = port or free_port()
     log = open(logs_dir / f"{name}-{port}.log", "ab")
     proc = start_llama_server(binary, model, port, log=log)
-    wait_ready(f"http://127.0.0.1:{port}/health", proc)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/health", proc)
+    except BaseException:
+        stop(proc)
+        log.close()
+        raise
     return proc, LlamaServer(f"http://127.0.0.1:{port}", port, binary, model), log
 
 
@@ -55,7 +60,12 @@ def launch_proxy(logs_dir: Path, upstream_url: str, *extra: str, env: dict[str, 
     log = open(logs_dir / f"proxy-{port}.log", "ab")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PROXY_", "UPSTREAM_"))}
     proc = start_proxy(port, upstream_url, list(extra), log=log, env={**clean, **(env or {})})
-    wait_ready(f"http://127.0.0.1:{port}/v1/models", proc, timeout_s=30)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/metrics", proc, timeout_s=30)
+    except BaseException:
+        stop(proc)
+        log.close()
+        raise
     return proc, f"http://127.0.0.1:{port}", log
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from ..app_keys import SERVICE, UPSTREAM
+from ..app_keys import KIND, SERVICE, UPSTREAM
 from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunk
 from ..protocol.semif import parse_semif, refuse_incompatible
@@ -19,6 +19,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = json_object(raw)
     if body.get("semif") is None:
         return await relay(request, request.app[UPSTREAM], raw)
+    request[KIND] = "decision"
     question = parse_semif(body["semif"])
     refuse_incompatible(body)
     stream = body.get("stream", False)

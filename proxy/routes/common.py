@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ..app_keys import KIND
 from ..errors import InvalidRequest
 from ..upstream import Upstream
 
@@ -32,6 +33,7 @@ async def relay(request: web.Request, upstream: Upstream, body: bytes | None) ->
 
     Event streams are copied chunk by chunk as they arrive; other bodies whole.
     """
+    request[KIND] = "relay"
     async with upstream.relay(request.method, request.path_qs, body, request.headers) as up:
         if not up.is_stream:
             payload = b"".join([chunk async for chunk in up.chunks])

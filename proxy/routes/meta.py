@@ -8,17 +8,29 @@ import datetime as dt
 
 import orjson
 
-from ..app_keys import SERVICE, UPSTREAM
+from ..app_keys import METRICS, SERVICE, UPSTREAM
+from ..metrics import CONTENT_TYPE
 from .common import json_response, relay
 from .systemone import accepted_model_names
 
-__all__ = ["health", "models"]
+__all__ = ["health", "models", "ping", "metrics"]
 
 
 async def health(request: web.Request) -> web.Response:
     """200 when llama-server is ready to answer, 503 otherwise (the proxy itself is up)."""
     ready = await request.app[UPSTREAM].health()
     return json_response({"status": "ok" if ready else "upstream unavailable"}, 200 if ready else 503)
+
+
+async def ping(request: web.Request) -> web.Response:
+    """SageMaker's health check: 200 only when llama-server can answer (within 1.5 s)."""
+    ready = await request.app[UPSTREAM].health()
+    return web.Response(status=200 if ready else 503, text="ok" if ready else "loading")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
 async def models(request: web.Request) -> web.StreamResponse:

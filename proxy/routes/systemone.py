@@ -10,7 +10,7 @@ from pathlib import PurePath
 
 from aiohttp import web
 
-from ..app_keys import SERVICE, UPSTREAM
+from ..app_keys import KIND, SERVICE, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
 from ..protocol.systemone import DEFAULT_MODEL, parse_request, response_body
 from ..upstream import ModelInfo
@@ -27,6 +27,7 @@ def accepted_model_names(info: ModelInfo) -> list[str]:
 
 
 async def system_one(request: web.Request) -> web.StreamResponse:
+    request[KIND] = "decision"
     raw = await request.read()
     try:
         body = json_object(raw)

@@ -1,0 +1,132 @@
+"""Read the state once: 16 questions about one ~1,000-token state as one System One
+request, against the same 16 questions sent as 16 separate single-question
+requests (one after another, and all at once), interleaved in one run.
+
+    .venv/bin/python bench/shared_state.py [--rounds 3]
+
+Every measurement uses a fresh state (a new ticket number at its start), so
+no variant profits from a cache another one filled. Target: the single request
+takes at most a third of the time of the 16 separate ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+
+import aiohttp
+from _servers import llama_server, proxy
+
+from scripts.stack import LLAMA_FLAGS
+
+PARAGRAPHS = [
+    "The customer explains that the order arrived in two parcels, one of them opened.",
+    "They were charged twice on the same card, once at checkout and once on delivery.",
+    "Customer support promised a call back on Monday but nobody called.",
+    "The mobile app shows the order as delivered while the tracking page says in transit.",
+    "A discount code from the newsletter was not applied to the second item.",
+    "The invoice lists an express delivery fee although standard delivery was chosen.",
+]
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
+             "criteria": {"billing": "charges, refunds", "shipping": "parcels, delivery",
+                          "technical": "app and website", "other": None}},
+    "urgency": {"type": "score", "instructions": "How urgent is it?",
+                "criteria": ["can wait", "this week", "today", "right now"]},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
+    "angry": {"type": "noul", "instructions": "Is the customer angry?"},
+    "tone": {"type": "choice", "instructions": "What is the tone?",
+             "criteria": {"polite": None, "neutral": None, "rude": None}},
+    "language": {"type": "choice", "instructions": "Which language is it written in?",
+                 "criteria": {"English": None, "French": None, "German": None, "Spanish": None}},
+    "double_charge": {"type": "noul", "instructions": "Was the customer charged twice?"},
+    "damaged": {"type": "noul", "instructions": "Did something arrive damaged?"},
+    "app_bug": {"type": "noul", "instructions": "Does it report a problem with the app?"},
+    "churn": {"type": "score", "instructions": "How likely is the customer to leave?",
+              "criteria": ["unlikely", "possible", "likely"]},
+    "followup": {"type": "noul", "instructions": "Was a follow-up promised and missed?"},
+    "discount": {"type": "noul", "instructions": "Is a discount code mentioned?"},
+    "channel": {"type": "choice", "instructions": "How should we reply?",
+                "criteria": {"email": None, "phone": None, "chat": None}},
+    "priority": {"type": "score", "instructions": "What priority should the ticket get?",
+                 "criteria": ["P3", "P2", "P1", "P0"]},
+    "vip": {"type": "noul", "instructions": "Does the customer mention being a long-time client?"},
+    "summary_ok": {"type": "noul", "instructions": "Is the ticket about more than one problem?"},
+}
+
+
+def fresh_state() -> str:
+    rng = random.Random()
+    body = " ".join(rng.choice(PARAGRAPHS) for _ in range(66))
+    return f"Ticket #{rng.randrange(10**9)}\n\n{body}"
+
+
+async def one_request(session, url, state) -> float:
+    t0 = time.perf_counter()
+    async with session.post(url, json={"state": state, "questions": QUESTIONS}) as r:
+        assert r.status == 200, await r.text()
+        await r.read()
+    return time.perf_counter() - t0
+
+
+async def separate(session, url, state, concurrent: bool) -> float:
+    async def ask(qid):
+        async with session.post(url, json={"state": state, "questions": {qid: QUESTIONS[qid]}}) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+
+    t0 = time.perf_counter()
+    if concurrent:
+        await asyncio.gather(*(ask(qid) for qid in QUESTIONS))
+    else:
+        for qid in QUESTIONS:
+            await ask(qid)
+    return time.perf_counter() - t0
+
+
+async def measure(proxy_url: str, fanout_url: str, rounds: int) -> dict[str, list[float]]:
+    url = proxy_url + "/v1/systemone"
+    variants = {
+        "one request, 16 questions": lambda s, st: one_request(s, url, st),
+        "one request, fan-out to slots": lambda s, st: one_request(s, fanout_url + "/v1/systemone", st),
+        "16 requests, one after another": lambda s, st: separate(s, url, st, False),
+        "16 requests, all at once": lambda s, st: separate(s, url, st, True),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await one_request(session, url, fresh_state())  # warm-up: labels, connections
+        for i in range(rounds):
+            names = list(variants)
+            names = names[i % len(names):] + names[: i % len(names)]
+            for name in names:
+                times[name].append(await variants[name](session, fresh_state()))
+    return times
+
+
+async def state_tokens(llama_url: str) -> int:
+    async with aiohttp.ClientSession() as s, s.post(llama_url + "/tokenize",
+                                                    json={"content": fresh_state()}) as r:
+        return len((await r.json())["tokens"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with llama_server() as llama_url, proxy(llama_url) as proxy_url, \
+            proxy(llama_url, ["--question-fanout", "0"]) as fanout_url:
+        n_tokens = asyncio.run(state_tokens(llama_url))
+        times = asyncio.run(measure(proxy_url, fanout_url, args.rounds))
+    print(f"state of {n_tokens} tokens, {len(QUESTIONS)} questions, {args.rounds} rounds (median s);"
+          f" llama-server {' '.join(LLAMA_FLAGS)}")
+    medians = {name: statistics.median(v) for name, v in times.items()}
+    single = medians["one request, 16 questions"]
+    for name, med in medians.items():
+        print(f"  {name:32} {med:7.2f} s   single / this = {single / med:5.2f}")
+
+
+if __name__ == "__main__":
+    main()

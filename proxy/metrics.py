@@ -1,0 +1,120 @@
+"""Every Prometheus collector, in one registry, under one prefix (``semif_``).
+
+Labels stay bounded: routes are the registered paths (or ``other``), outcomes
+and error kinds come from fixed sets; no option names, ids or model output.
+Recorded by the middleware (requests) and the decision service (decisions).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .decision.readout import Decision, choice_confidence, score_confidence
+
+__all__ = ["Metrics", "CONTENT_TYPE", "UpstreamClock", "upstream_timer", "upstream_seconds"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_LATENCY = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60)
+_UNIT = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+
+class UpstreamClock:
+    """Wall-clock seconds during which at least one llama-server call of a request
+    was in progress (overlapping calls count once)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._active = 0
+        self._since = 0.0
+
+    def enter(self) -> None:
+        if self._active == 0:
+            self._since = time.perf_counter()
+        self._active += 1
+
+    def leave(self) -> None:
+        self._active -= 1
+        if self._active == 0:
+            self.seconds += time.perf_counter() - self._since
+
+
+# The current request's clock, shared with the tasks it starts.
+_clock: contextvars.ContextVar[UpstreamClock | None] = contextvars.ContextVar(
+    "semif_upstream_clock", default=None
+)
+
+
+@contextmanager
+def upstream_timer() -> Iterator[None]:
+    """Count the block as time the current request spends waiting on llama-server."""
+    clock = _clock.get()
+    if clock is None:
+        yield
+        return
+    clock.enter()
+    try:
+        yield
+    finally:
+        clock.leave()
+
+
+def upstream_seconds() -> UpstreamClock:
+    """Start a clock of upstream time for the current request."""
+    clock = UpstreamClock()
+    _clock.set(clock)
+    return clock
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.latency = Histogram(
+            "semif_request_duration_seconds", "Request latency by route, kind and outcome",
+            ["route", "kind", "outcome"], buckets=_LATENCY, registry=r)
+        self.upstream_time = Histogram(
+            "semif_decision_upstream_seconds", "Time a decision request spent waiting on llama-server",
+            ["route"], buckets=_LATENCY, registry=r)
+        self.proxy_time = Histogram(
+            "semif_decision_proxy_seconds", "Time a decision request spent in the proxy itself",
+            ["route"], buckets=_LATENCY, registry=r)
+        self.in_flight = Gauge(
+            "semif_requests_in_flight", "Requests being served", ["route"], registry=r)
+        self.questions = Histogram(
+            "semif_questions_per_request", "Questions in one decision request",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
+        self.options = Histogram(
+            "semif_options_per_question", "Options of one question",
+            buckets=(2, 3, 5, 10, 26, 64, 128, 255), registry=r)
+        self.label_mass = Histogram(
+            "semif_label_mass", "Raw probability mass the model gave the labels",
+            buckets=_UNIT, registry=r)
+        self.confidence = Histogram(
+            "semif_decision_confidence", "Confidence of choice and score answers",
+            ["type"], buckets=_UNIT, registry=r)
+        self.wide_reads = Counter(
+            "semif_wide_reads", "Readouts that needed a wider read to know every label",
+            registry=r)
+        self.upstream_errors = Counter(
+            "semif_upstream_errors", "llama-server failures by kind", ["kind"], registry=r)
+        self.client_errors = Counter(
+            "semif_client_errors", "4xx answers by reason", ["reason"], registry=r)
+
+    def decision(self, decision: Decision, reads: int) -> None:
+        probs = decision.probabilities
+        self.options.observe(len(probs))
+        self.label_mass.observe(decision.label_mass)
+        if decision.question.kind == "choice":
+            self.confidence.labels("choice").observe(choice_confidence(probs))
+        elif decision.question.kind == "score":
+            self.confidence.labels("score").observe(score_confidence(probs))
+        if reads > 1:
+            self.wide_reads.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,93 @@
+"""Request middleware: metrics (outermost), error rendering, authentication."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from .app_keys import API, KIND, METRICS, SETTINGS
+from .errors import (
+    InvalidRequest,
+    ProxyError,
+    RequestTooLarge,
+    Unauthorized,
+    UpstreamError,
+    openai_error_response,
+    system_one_error_response,
+)
+from .metrics import upstream_seconds
+
+__all__ = ["MIDDLEWARES", "OPEN_PATHS"]
+
+log = logging.getLogger("proxy")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPEN_PATHS = frozenset({"/health", "/ping", "/metrics"})
+
+
+@web.middleware
+async def _metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+    metrics = request.app[METRICS]
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "other"
+    upstream = upstream_seconds()
+    started = time.perf_counter()
+    status = 499  # the client went away before an answer
+    metrics.in_flight.labels(route).inc()
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    finally:
+        metrics.in_flight.labels(route).dec()
+        elapsed = time.perf_counter() - started
+        outcome = "ok" if status < 400 else "client_error" if status < 500 else "upstream_error"
+        kind = request.get(KIND, "other")
+        metrics.latency.labels(route, kind, outcome).observe(elapsed)
+        if kind == "decision" and status < 400:
+            metrics.upstream_time.labels(route).observe(upstream.seconds)
+            metrics.proxy_time.labels(route).observe(max(0.0, elapsed - upstream.seconds))
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ProxyError as err:
+        return _render(request, err)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[SETTINGS].max_body_bytes
+        return _render(request, RequestTooLarge(f"the body is larger than the limit of {limit} bytes"))
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.status != 500:
+            err = InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"))
+            err.status = exc.status
+            return _render(request, err)
+        raise
+
+
+def _render(request: web.Request, err: ProxyError) -> web.Response:
+    metrics = request.app[METRICS]
+    if isinstance(err, UpstreamError) and err.status >= 500:
+        log.warning("%s %s -> %d %s", request.method, request.path, err.status, err.message)
+        metrics.upstream_errors.labels(err.code).inc()
+    elif err.status < 500:
+        metrics.client_errors.labels(err.code).inc()
+    api = request.get(API) or ("systemone" if request.path == "/v1/systemone" else "openai")
+    return system_one_error_response(err) if api == "systemone" else openai_error_response(err)
+
+
+@web.middleware
+async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    key = request.app[SETTINGS].api_key
+    if key and request.path not in OPEN_PATHS:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            raise Unauthorized("a valid 'Authorization: Bearer <key>' header is required")
+    return await handler(request)
+
+
+MIDDLEWARES = (_metrics, _errors, _auth)

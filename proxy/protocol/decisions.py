@@ -1,0 +1,444 @@
+"""The OpenAI Decisions API (``POST /v1/decisions``) on any chat model.
+
+    {"model": ..., "input": <string | [message | function_call | ..._output items]>,
+     "questions": [{"type": "predicate" | "choice" | "score", "name": ..., "instructions": ...,
+                    "choices": [{"value", "description"}] | "levels": [{"label", "description"}]}]}
+
+The shape is the openai SDK's ``decision_create_params`` and ``Decision``. A
+predicate is read as a noul (yes/no) question, a choice as a choice, a score as
+a score, each about one state text: the input string as it is, or the input
+items as a transcript, one ``role: text`` entry per item. Images are refused
+(this server reads text). ``parse_request`` raises ``InvalidRequest`` whose
+``param`` names the field (``questions.2.choices``); ``response_body`` gives
+the answers in question order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+
+from ..decision.question import (
+    Question,
+    QuestionError,
+    as_text,
+    choice_question,
+    noul_question,
+    score_question,
+)
+from ..decision.readout import Decision, choice_confidence, expected_level, score_confidence
+from ..errors import InvalidRequest
+from ..service import Outcome
+
+__all__ = [
+    "MAX_QUESTIONS",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
+    "MAX_JSON_BYTES",
+    "AskedQuestion",
+    "DecisionsCall",
+    "parse_request",
+    "response_body",
+]
+
+MAX_QUESTIONS = 400
+MAX_JSON_DEPTH = 32  # input_json: container levels
+MAX_JSON_VALUES = 10_000  # input_json: values, containers included
+MAX_JSON_BYTES = 256 * 1024  # input_json: compact UTF-8 JSON
+
+_Status = Literal["in_progress", "completed", "incomplete"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _Breakpoint(_Strict):
+    mode: Literal["explicit"]
+
+
+class _QuestionText(_Strict):
+    type: Literal["input_text"]
+    text: str
+
+
+class _InputText(_QuestionText):
+    prompt_cache_breakpoint: _Breakpoint | None = None  # accepted; llama-server caches by itself
+
+
+class _Image(_Strict):
+    """Accepted by the schema only to be refused by name."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    type: Literal["input_image"]
+
+
+class _Json(_Strict):
+    type: Literal["input_json"]
+    data: dict[str, Any] | list[dict[str, Any]]
+
+
+class _OutputText(_Strict):
+    type: Literal["output_text"]
+    text: str
+
+
+class _Refusal(_Strict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+def _text_or_list(value: Any) -> str | None:
+    return "text" if isinstance(value, str) else "list" if isinstance(value, list) else None
+
+
+def _text_or(part: Any) -> Any:
+    """A string, or a list of ``part``; only the branch that applies reports errors."""
+    return Annotated[
+        Union[Annotated[str, Tag("text")], Annotated[list[part], Tag("list")]],
+        Discriminator(_text_or_list, custom_error_type="text_or_list",
+                      custom_error_message="must be a string or a list of parts"),
+    ]
+
+
+def _parts(*members: type[_Strict]) -> Any:
+    return Annotated[Union[members], Field(discriminator="type")]
+
+
+class _Message(_Strict):
+    type: Literal["message"] = "message"
+
+
+class _UserMessage(_Message):
+    role: Literal["user"]
+    content: _text_or(_parts(_InputText, _Image, _Json))
+
+
+class _DeveloperMessage(_Message):
+    role: Literal["developer"]
+    content: _text_or(_InputText)
+
+
+class _SystemMessage(_Message):
+    role: Literal["system"]
+    content: _text_or(_InputText)
+
+
+class _AssistantMessage(_Message):
+    role: Literal["assistant"]
+    content: _text_or(_parts(_OutputText, _Refusal))
+    phase: Literal["commentary", "final_answer"] | None = None
+
+
+class _Call(_Strict):
+    call_id: str
+    name: str
+    id: str | None = None
+    namespace: str | None = None
+    status: _Status | None = None
+
+
+class _FunctionCall(_Call):
+    type: Literal["function_call"]
+    arguments: str
+
+
+class _CustomToolCall(_Call):
+    type: Literal["custom_tool_call"]
+    input: str
+
+
+class _CallOutput(_Strict):
+    call_id: str
+    output: _text_or(_parts(_InputText, _Image))
+    id: str | None = None
+    status: _Status | None = None
+
+
+class _FunctionCallOutput(_CallOutput):
+    type: Literal["function_call_output"]
+
+
+class _CustomToolCallOutput(_CallOutput):
+    type: Literal["custom_tool_call_output"]
+
+
+_ITEMS = {
+    "user": _UserMessage, "developer": _DeveloperMessage, "system": _SystemMessage,
+    "assistant": _AssistantMessage, "function_call": _FunctionCall,
+    "function_call_output": _FunctionCallOutput, "custom_tool_call": _CustomToolCall,
+    "custom_tool_call_output": _CustomToolCallOutput,
+}
+
+
+def _item_tag(value: Any) -> str | None:
+    """A message's role (its ``type`` is optional), otherwise the item's ``type``."""
+    if not isinstance(value, dict):
+        return None
+    kind = value.get("type", "message")
+    tag = value.get("role") if kind == "message" else kind
+    return tag if isinstance(tag, str) else None
+
+
+_Item = Annotated[
+    Union[tuple(Annotated[model, Tag(tag)] for tag, model in _ITEMS.items())],
+    Discriminator(_item_tag, custom_error_type="input_item",
+                  custom_error_message="must be a user, developer, system or assistant message, "
+                  "or a function_call, function_call_output, custom_tool_call or "
+                  "custom_tool_call_output item"),
+]
+
+
+class _Question(_Strict):
+    instructions: _text_or(_parts(_QuestionText, _Image, _Json))
+    name: str | None = None
+
+
+class _Predicate(_Question):
+    type: Literal["predicate"]
+
+
+class _ChoiceOption(_Strict):
+    value: str | bool  # typed: "true" and true are different values
+    description: str | None = None
+
+
+class _Choice(_Question):
+    type: Literal["choice"]
+    choices: list[_ChoiceOption]
+
+
+class _Level(_Strict):
+    label: str
+    description: str | None = None
+
+
+class _Score(_Question):
+    type: Literal["score"]
+    levels: list[_Level]
+
+
+class _CacheOptions(_Strict):
+    mode: Literal["implicit", "explicit"] | None = None
+    ttl: Literal["30m"] = "30m"
+
+
+class _Request(_Strict):
+    model: str
+    input: _text_or(_Item)
+    questions: Annotated[list[_parts(_Predicate, _Choice, _Score)],
+                         Field(min_length=1, max_length=MAX_QUESTIONS)]
+    prompt_cache_key: str | None = None  # accepted and unused: llama-server caches prefixes
+    prompt_cache_options: _CacheOptions | None = None
+    safety_identifier: str | None = None
+
+
+@dataclass(frozen=True)
+class AskedQuestion:
+    """``values`` echo the caller's choices (typed) or level labels; a predicate has none."""
+
+    name: str | None
+    question: Question
+    values: tuple[str | bool, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecisionsCall:
+    model: str
+    state_text: str
+    asked: tuple[AskedQuestion, ...]
+
+    @property
+    def questions(self) -> dict[str, Question]:
+        """Keyed by position, for ``DecisionService.decide_many``."""
+        return {str(i): a.question for i, a in enumerate(self.asked)}
+
+
+def parse_request(body: dict[str, Any]) -> DecisionsCall:
+    try:
+        request = _Request.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = _param(body, first["loc"], keep_last=first["type"] == "missing")
+        raise InvalidRequest(f"{param or 'body'}: {first['msg']}", param=param or None) from exc
+    state_text = _state_text(request.input)
+    asked = tuple(_ask(q, ("questions", i)) for i, q in enumerate(request.questions))
+    return DecisionsCall(request.model, state_text, asked)
+
+
+def _refused(message: str, loc: tuple[str | int, ...]) -> InvalidRequest:
+    param = ".".join(str(part) for part in loc)
+    return InvalidRequest(f"{param}: {message}", param=param)
+
+
+def _param(body: Any, loc: tuple[str | int, ...], *, keep_last: bool) -> str:
+    """The dotted path of the steps of ``loc`` found in ``body``: pydantic's union
+    tags are skipped; the last step (a missing field) is kept when asked."""
+    parts: list[str] = []
+    here = body
+    for i, step in enumerate(loc):
+        if isinstance(here, dict) and isinstance(step, str) and step in here:
+            here = here[step]
+        elif isinstance(here, list) and isinstance(step, int) and 0 <= step < len(here):
+            here = here[step]
+        elif not (keep_last and i == len(loc) - 1):
+            continue
+        parts.append(str(step))
+    return ".".join(parts)
+
+
+def _state_text(value: str | list[Any]) -> str:
+    """The input as the model reads it: a string as it is, items one per line."""
+    if isinstance(value, str):
+        return value
+    if not value:
+        raise _refused("input must be a string or a non-empty list of items", ("input",))
+    calls: dict[str, set[str]] = {"function_call": set(), "custom_tool_call": set()}
+    return "\n".join(_item_text(item, ("input", i), calls) for i, item in enumerate(value))
+
+
+def _item_text(item: Any, loc: tuple[str | int, ...], calls: dict[str, set[str]]) -> str:
+    if isinstance(item, _Message):
+        return f"{item.role}: {_content_text(item.content, (*loc, 'content'))}"
+    if isinstance(item, _Call):
+        calls[item.type].add(item.call_id)
+        name = f"{item.namespace}.{item.name}" if item.namespace else item.name
+        body = item.arguments if isinstance(item, _FunctionCall) else item.input
+        return f"{item.type} {name} ({item.call_id}): {body}"
+    call_type = item.type.removesuffix("_output")
+    if item.call_id not in calls[call_type]:
+        raise _refused(f"no earlier {call_type} item has call_id {item.call_id!r}",
+                            (*loc, "call_id"))
+    return f"{item.type} ({item.call_id}): {_content_text(item.output, (*loc, 'output'))}"
+
+
+def _content_text(content: str | list[Any], loc: tuple[str | int, ...]) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(_part_text(part, (*loc, j)) for j, part in enumerate(content))
+
+
+def _part_text(part: Any, loc: tuple[str | int, ...]) -> str:
+    if isinstance(part, _Image):
+        raise _refused("images are not supported: this server reads text only", loc)
+    if isinstance(part, _Json):
+        _check_json(part.data, (*loc, "data"))
+        return as_text(part.data)
+    if isinstance(part, _Refusal):
+        return f"(refused) {part.refusal}"
+    return part.text
+
+
+def _check_json(data: Any, loc: tuple[str | int, ...]) -> None:
+    """At most MAX_JSON_DEPTH container levels, MAX_JSON_VALUES values (containers
+    included, keys not) and MAX_JSON_BYTES of compact UTF-8 JSON."""
+    depth = values = 0
+    level = [data]
+    while level:
+        values += len(level)
+        if values > MAX_JSON_VALUES:
+            raise _refused(f"input_json holds more than {MAX_JSON_VALUES} values", loc)
+        containers = [v for v in level if isinstance(v, (dict, list))]
+        depth += bool(containers)
+        if depth > MAX_JSON_DEPTH:
+            raise _refused(f"input_json nests more than {MAX_JSON_DEPTH} levels", loc)
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    if len(orjson.dumps(data)) > MAX_JSON_BYTES:
+        raise _refused(f"input_json is larger than {MAX_JSON_BYTES} bytes", loc)
+
+
+def _ask(q: _Predicate | _Choice | _Score, loc: tuple[str | int, ...]) -> AskedQuestion:
+    instructions = _content_text(q.instructions, (*loc, "instructions"))
+    if not instructions.strip():
+        raise _refused("instructions must not be empty", (*loc, "instructions"))
+    try:
+        return _build(q, loc, instructions)
+    except QuestionError as err:
+        raise _refused(err.message, err.loc) from err
+
+
+def _build(q: _Predicate | _Choice | _Score, loc: tuple[str | int, ...], instructions: str
+           ) -> AskedQuestion:
+    """The question builders check the limits (2-255 choices, 2-10 levels)."""
+    if isinstance(q, _Predicate):
+        return AskedQuestion(q.name, noul_question(None, loc=loc, instructions=instructions))
+    if isinstance(q, _Choice):
+        options = _choice_options(q.choices, (*loc, "choices"))
+        question = choice_question(options, loc=(*loc, "choices"), instructions=instructions)
+        return AskedQuestion(q.name, question, tuple(c.value for c in q.choices))
+    for j, level in enumerate(q.levels):
+        if not level.label.strip():
+            raise _refused("a level label must not be empty", (*loc, "levels", j, "label"))
+    shown = [_with_description(level.label, level.description) for level in q.levels]
+    question = score_question(shown, loc=(*loc, "levels"), instructions=instructions)
+    return AskedQuestion(q.name, question, tuple(level.label for level in q.levels))
+
+
+def _choice_options(
+    choices: list[_ChoiceOption], loc: tuple[str | int, ...]
+) -> dict[str, str | None]:
+    """Choice name (as the model reads it) -> description; two values that read
+    the same (``"true"`` and ``true``) cannot be told apart, so they are refused."""
+    seen: dict[str, int] = {}
+    for j, choice in enumerate(choices):
+        text = as_text(choice.value)
+        if text in seen:
+            raise _refused(
+                f"choices {seen[text]} and {j} both read as {text!r}; each choice must be unique",
+                loc,
+            )
+        seen[text] = j
+    return {as_text(c.value): c.description for c in choices}
+
+
+def _with_description(label: str, description: str | None) -> str:
+    return f"{label} - {description.strip()}" if description and description.strip() else label
+
+
+def response_body(call: DecisionsCall, outcomes: Mapping[str, Outcome]) -> dict[str, Any]:
+    """The SDK's ``Decision``. Input tokens are those llama-server computed (not
+    served from its prompt cache); output tokens are the one-token reads."""
+    used = [outcomes[qid] for qid in call.questions]
+    input_tokens = sum(o.prompt_evaluated for o in used)
+    output_tokens = sum(o.reads for o in used)
+    return {
+        "model": call.model,
+        "answers": [_answer(a, o.decision) for a, o in zip(call.asked, used)],
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        },
+    }
+
+
+def _answer(asked: AskedQuestion, decision: Decision) -> dict[str, Any]:
+    probs = decision.probabilities
+    kind = asked.question.kind
+    if kind == "noul":
+        p_true = dict(zip(asked.question.names, probs))["true"]
+        return {"type": "predicate", "name": asked.name, "probability": p_true}
+    if kind == "choice":
+        return {
+            "type": "choice",
+            "name": asked.name,
+            "choice": asked.values[decision.best],
+            "confidence": choice_confidence(probs),
+            "probabilities": [{"value": v, "probability": p} for v, p in zip(asked.values, probs)],
+        }
+    return {
+        "type": "score",
+        "name": asked.name,
+        "score": expected_level(probs),
+        "confidence": score_confidence(probs),
+        "probabilities": [
+            {"label": label, "value": i, "probability": p}
+            for i, (label, p) in enumerate(zip(asked.values, probs))
+        ],
+    }

@@ -1,0 +1,24 @@
+"""POST /v1/decisions: the OpenAI Decisions API answered by reading labels from any chat model."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..app_keys import SERVICE
+from ..errors import InvalidRequest
+from ..protocol.decisions import parse_request, response_body
+from .common import json_object, json_response
+from .systemone import accepted_model_names
+
+__all__ = ["decisions"]
+
+
+async def decisions(request: web.Request) -> web.Response:
+    call = parse_request(json_object(await request.read()))
+    service = request.app[SERVICE]
+    accepted = accepted_model_names(await service.model())
+    if call.model not in accepted:
+        raise InvalidRequest(f"unknown model {call.model!r}; this server answers as {accepted}",
+                             param="model", code="model_not_found")
+    outcomes = await service.decide_many(call.state_text, call.questions)
+    return json_response(response_body(call, outcomes))

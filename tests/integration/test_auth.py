@@ -1,0 +1,46 @@
+"""PROXY_API_KEY protects every route but /health, /ping and /metrics."""
+
+import httpx
+import pytest
+from typesafe_sdk import Noul, TypeSafeAuthenticationError, TypeSafeClient
+
+from scripts.stack import stop
+from tests.conftest import launch_proxy
+
+KEY = "s3cret-key"
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "semif": {"options": ["a", "b"]}}
+S1 = {"state": "s", "questions": {"q": {"type": "noul"}}}
+
+
+@pytest.fixture(scope="module")
+def locked(llama, logs_dir):
+    proc, url, log = launch_proxy(logs_dir, llama.url, env={"PROXY_API_KEY": KEY})
+    yield url
+    stop(proc)
+    log.close()
+
+
+@pytest.mark.parametrize(("path", "body"), [("/v1/chat/completions", CHAT), ("/v1/systemone", S1)])
+@pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {KEY}", "Bearer"])
+def test_requests_without_the_key_get_401(locked, path, body, header):
+    headers = {"Authorization": header} if header else {}
+    assert httpx.post(locked + path, json=body, headers=headers, timeout=60).status_code == 401
+
+
+@pytest.mark.parametrize(("path", "body"), [("/v1/chat/completions", CHAT), ("/v1/systemone", S1)])
+def test_requests_with_the_key_pass(locked, path, body):
+    resp = httpx.post(locked + path, json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    assert resp.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/health", "/ping", "/metrics"])
+def test_operational_routes_stay_open(locked, path):
+    assert httpx.get(locked + path).status_code == 200
+
+
+def test_typesafe_sdk_with_and_without_the_key(locked):
+    with TypeSafeClient(base_url=locked, api_key=KEY) as client:
+        assert 0 < client.system_one("s", {"q": Noul(instructions="yes?")}).answers["q"].noul < 1
+    with TypeSafeClient(base_url=locked, api_key="nope") as client:
+        with pytest.raises(TypeSafeAuthenticationError):
+            client.system_one("s", {"q": Noul(instructions="yes?")})
