@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from .admission import Admission
 from .app_keys import METRICS, SERVICE, SETTINGS, UPSTREAM
 from .config import Settings
 from .metrics import Metrics
@@ -48,9 +49,13 @@ def _upstream_ctx(given: Upstream | None) -> Callable[[web.Application], AsyncIt
         upstream = given or Upstream(app[SETTINGS])
         app[UPSTREAM] = upstream
         settings = app[SETTINGS]
+        admission = Admission(
+            max_active=settings.max_active_decisions, max_queued=settings.max_queued_decisions,
+            deadline_s=settings.decision_deadline_s, retry_after_s=settings.retry_after_s,
+        )
         app[SERVICE] = DecisionService(
             upstream, n_probs=settings.n_probs, question_fanout=settings.question_fanout,
-            metrics=app[METRICS],
+            metrics=app[METRICS], admission=admission,
         )
         yield
         if given is None:

@@ -28,13 +28,22 @@ class Settings:
     retry_after_s: int = 2
     n_probs: int = 64  # first read; widened only when a label is missing
     question_fanout: int = 1  # questions of one request read at once after the first
+    max_active_decisions: int = 16
+    max_queued_decisions: int = 64
+    decision_deadline_s: float = 50.0  # from arrival; under SageMaker's 60 s
+    max_state_chars: int = 400_000
     max_connections: int = 256
     shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port {self.port} is not a TCP port")
-        for name in ("connect_timeout_s", "request_timeout_s", "shutdown_timeout_s"):
+        if self.max_active_decisions < 1 or self.max_queued_decisions < 0:
+            raise ValueError("max_active_decisions must be >= 1 and max_queued_decisions >= 0")
+        if self.max_state_chars < 1:
+            raise ValueError("max_state_chars must be at least 1")
+        for name in ("connect_timeout_s", "request_timeout_s", "shutdown_timeout_s",
+                     "decision_deadline_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
         if self.max_body_bytes < 1024:
@@ -62,6 +71,14 @@ _OPTIONS: dict[str, tuple[str, str]] = {
         "questions of one request read in parallel after the first; 1 reads the shared state "
         "once (best on CPU), 0 uses every llama-server slot (each computes the state once)",
     ),
+    "max_active_decisions": ("PROXY_MAX_ACTIVE", "decision requests served at once"),
+    "max_queued_decisions": (
+        "PROXY_MAX_QUEUED", "decision requests waiting for a turn (429 with Retry-After beyond)"
+    ),
+    "decision_deadline_s": (
+        "PROXY_DEADLINE", "seconds a decision request may take from arrival (504 and cancelled after)"
+    ),
+    "max_state_chars": ("PROXY_MAX_STATE_CHARS", "longest System One / Decisions state accepted"),
     "max_connections": ("PROXY_MAX_CONNECTIONS", "connections kept to llama-server"),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
 }

@@ -5,6 +5,7 @@
     │   ├── RequestTooLarge         413     body over the configured size
     │   └── Unprocessable           422     System One validation: a list of {loc, msg, type}
     ├── Unauthorized                401     missing or wrong bearer key
+    ├── Overloaded                  429     too many decisions in flight and queued (Retry-After)
     └── UpstreamError                       llama-server could not give an answer
         ├── UpstreamUnavailable     503     unreachable or still loading (Retry-After)
         ├── UpstreamTimeout         504     no answer within the deadline
@@ -28,6 +29,7 @@ __all__ = [
     "RequestTooLarge",
     "Unprocessable",
     "Unauthorized",
+    "Overloaded",
     "UpstreamError",
     "UpstreamUnavailable",
     "UpstreamTimeout",
@@ -82,6 +84,19 @@ class Unauthorized(ProxyError):
     status = 401
     error_type = "authentication_error"
     code = "invalid_api_key"
+
+
+class Overloaded(ProxyError):
+    status = 429
+    error_type = "rate_limit_error"
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class UpstreamError(ProxyError):

@@ -27,6 +27,7 @@ from .decision.prompt import (
 )
 from .decision.question import Question
 from .decision.readout import Decision, decide
+from .admission import Admission
 from .errors import UpstreamBadResponse
 from .metrics import Metrics
 from .upstream import ModelInfo, NextToken, Upstream
@@ -64,9 +65,12 @@ def read_widths(first: int, n_labels: int, n_vocab: int | None) -> list[int]:
 class DecisionService:
     def __init__(
         self, upstream: Upstream, *, n_probs: int, question_fanout: int = 1,
-        metrics: Metrics | None = None,
+        metrics: Metrics | None = None, admission: Admission | None = None,
     ):
         self._upstream = upstream
+        self._admission = admission or Admission(
+            max_active=1 << 30, max_queued=0, deadline_s=3600.0, retry_after_s=1
+        )
         self._metrics = metrics
         self._n_probs = n_probs
         self._fanout = question_fanout
@@ -85,7 +89,8 @@ class DecisionService:
         """One question asked at the end of a conversation."""
         if self._metrics:
             self._metrics.questions.observe(1)
-        return await self._decide(messages, question, template_kwargs)
+        async with self._admission.admit():
+            return await self._decide(messages, question, template_kwargs)
 
     async def _decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
@@ -115,9 +120,15 @@ class DecisionService:
         the state once more, which costs more than it saves on a CPU
         (bench/shared_state.py) but is nearly free on a GPU.
         """
-        items = list(questions.items())
         if self._metrics:
-            self._metrics.questions.observe(len(items))
+            self._metrics.questions.observe(len(questions))
+        async with self._admission.admit():
+            return await self._decide_all(state_text, questions)
+
+    async def _decide_all(
+        self, state_text: str, questions: Mapping[str, Question]
+    ) -> dict[str, Outcome]:
+        items = list(questions.items())
         messages = state_messages(state_text)
         first_id, first = items[0]
         outcomes = {first_id: await self._decide(messages, first)}

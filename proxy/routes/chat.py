@@ -18,7 +18,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     raw = await request.read()
     body = json_object(raw)
     if body.get("semif") is None:
-        return await relay(request, request.app[UPSTREAM], raw)
+        return await relay(request, request.app[UPSTREAM], raw, "/v1/chat/completions")
     request[KIND] = "decision"
     question = parse_semif(body["semif"])
     refuse_incompatible(body)

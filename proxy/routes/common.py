@@ -28,13 +28,20 @@ def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-async def relay(request: web.Request, upstream: Upstream, body: bytes | None) -> web.StreamResponse:
+async def relay(
+    request: web.Request, upstream: Upstream, body: bytes | None, path: str | None = None
+) -> web.StreamResponse:
     """Send the client's request to llama-server unchanged and copy the answer back.
 
-    Event streams are copied chunk by chunk as they arrive; other bodies whole.
+    ``path`` is the upstream path (default: the request's own; /invocations
+    relays to /v1/chat/completions). Event streams are copied chunk by chunk
+    as they arrive; other bodies whole.
     """
     request[KIND] = "relay"
-    async with upstream.relay(request.method, request.path_qs, body, request.headers) as up:
+    target = path or request.path
+    if request.query_string:
+        target += "?" + request.query_string
+    async with upstream.relay(request.method, target, body, request.headers) as up:
         if not up.is_stream:
             payload = b"".join([chunk async for chunk in up.chunks])
             return web.Response(status=up.status, body=payload, headers=up.headers)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..app_keys import SERVICE
+from ..app_keys import KIND, SERVICE, SETTINGS
 from ..errors import InvalidRequest
 from ..protocol.decisions import parse_request, response_body
 from .common import json_object, json_response
@@ -14,7 +14,12 @@ __all__ = ["decisions"]
 
 
 async def decisions(request: web.Request) -> web.Response:
+    request[KIND] = "decision"
     call = parse_request(json_object(await request.read()))
+    limit = request.app[SETTINGS].max_state_chars
+    if len(call.state_text) > limit:
+        raise InvalidRequest(f"the input is {len(call.state_text)} characters; the limit is {limit}",
+                             param="input", code="input_too_long")
     service = request.app[SERVICE]
     accepted = accepted_model_names(await service.model())
     if call.model not in accepted:

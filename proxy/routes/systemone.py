@@ -10,7 +10,7 @@ from pathlib import PurePath
 
 from aiohttp import web
 
-from ..app_keys import KIND, SERVICE, UPSTREAM
+from ..app_keys import KIND, SERVICE, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
 from ..protocol.systemone import DEFAULT_MODEL, parse_request, response_body
 from ..upstream import ModelInfo
@@ -36,8 +36,13 @@ async def system_one(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     info = await service.model()
     if "decisions" in info.output_modalities:
-        return await relay(request, request.app[UPSTREAM], raw)
+        return await relay(request, request.app[UPSTREAM], raw, "/v1/systemone")
     call = parse_request(body)
+    limit = request.app[SETTINGS].max_state_chars
+    if len(call.state_text) > limit:
+        raise Unprocessable([{"loc": ["body", "state"], "type": "string_too_long",
+                              "msg": f"the state is {len(call.state_text)} characters; "
+                                     f"the limit is {limit}"}])
     accepted = accepted_model_names(info)
     if call.model is not None and call.model not in accepted:
         raise Unprocessable([{

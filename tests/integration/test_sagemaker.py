@@ -1,0 +1,119 @@
+"""Play SageMaker: start both containers' processes the way their entrypoints do
+(`serve`, SAGEMAKER_BIND_TO_PORT), wait for /ping, then invoke."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from scripts.stack import stop
+from tests.conftest import binaries, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAT = {"messages": [{"role": "user", "content": "Ticket: refund please"}],
+        "semif": {"options": ["billing", "shipping"]}}
+SYSTEM_ONE = {"state": "Refund please, I was charged twice.",
+              "questions": {"team": {"type": "choice", "criteria": {"billing": None, "shipping": None}},
+                            "refund": {"type": "noul"}}}
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory, logs_dir):
+    binary, model = binaries()
+    model_dir = tmp_path_factory.mktemp("opt-ml-model")
+    (model_dir / model.name).symlink_to(model)
+    llama_port, proxy_port = free_port(), free_port()
+    base_env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    llama_env = {**base_env, "LLAMA_SERVER_BIN": str(binary), "LD_LIBRARY_PATH": str(binary.parent),
+                 "LLAMA_MODEL_DIR": str(model_dir), "LLAMA_ARG_HOST": "127.0.0.1",
+                 "LLAMA_ARG_PORT": str(llama_port), "LLAMA_ARG_N_PARALLEL": "4",
+                 "LLAMA_ARG_CTX_SIZE": "32768"}
+    proxy_env = {**base_env, "PROXY_PYTHON": sys.executable, "SAGEMAKER_BIND_TO_PORT": str(proxy_port),
+                 "UPSTREAM_URL": f"http://127.0.0.1:{llama_port}", "PROXY_HOST": "127.0.0.1"}
+    logs = [open(logs_dir / f"sm-{name}.log", "ab") for name in ("llama", "proxy")]
+    proxy = subprocess.Popen(["sh", str(ROOT / "docker/proxy-entrypoint.sh"), "serve"], cwd=ROOT,
+                             env=proxy_env, stdout=logs[1], stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{proxy_port}"
+    _wait_for(url + "/metrics", proxy)
+    assert httpx.get(url + "/ping").status_code == 503  # proxy up, llama-server not yet
+    llama = subprocess.Popen(["sh", str(ROOT / "docker/llama-entrypoint.sh"), "serve"],
+                             env=llama_env, stdout=logs[0], stderr=subprocess.STDOUT)
+    _wait_for(url + "/ping", llama, timeout_s=120)
+    yield url, proxy
+    for proc in (proxy, llama):
+        stop(proc)
+    for log in logs:
+        log.close()
+
+
+def _wait_for(url, proc, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(url)
+
+
+def test_ping_answers_fast(endpoint):
+    url, _ = endpoint
+    started = time.monotonic()
+    assert httpx.get(url + "/ping", timeout=2).status_code == 200
+    assert time.monotonic() - started < 0.5
+
+
+def test_invocations_takes_chat_and_system_one_bodies(endpoint):
+    url, _ = endpoint
+    chat = httpx.post(url + "/invocations", json=CHAT, timeout=60)
+    assert chat.status_code == 200 and chat.json()["semif"]["choice"] in ("billing", "shipping")
+    plain = httpx.post(url + "/invocations", timeout=60,
+                       json={"messages": CHAT["messages"], "max_tokens": 3})
+    assert plain.status_code == 200 and plain.json()["object"] == "chat.completion"
+    s1 = httpx.post(url + "/invocations", json=SYSTEM_ONE, timeout=60)
+    assert s1.status_code == 200 and set(s1.json()["answers"]) == {"team", "refund"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "shape"),
+    [
+        ({"hello": "world"}, 400, "error"),
+        ({"state": None, "questions": {"q": {"type": "noul"}}}, 422, "detail"),
+        ({"messages": [], "semif": {"options": ["a"]}}, 400, "error"),
+    ],
+)
+def test_invocations_refuses_bad_bodies_in_the_matching_shape(endpoint, body, status, shape):
+    url, _ = endpoint
+    resp = httpx.post(url + "/invocations", json=body, timeout=30)
+    assert resp.status_code == status and shape in resp.json()
+
+
+def test_sigterm_drains_in_flight_requests_then_exits(endpoint):
+    url, proxy = endpoint
+    options = [f"queue {i} {time.time()}" for i in range(200)]  # uncached: takes a while
+    result = {}
+
+    def call():
+        result["resp"] = httpx.post(url + "/invocations", timeout=60, json={
+            "messages": [{"role": "user", "content": "route it"}], "semif": {"options": options}})
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    time.sleep(0.5)  # the request is in flight
+    proxy.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    worker.join(60)
+    assert result["resp"].status_code == 200
+    assert len(result["resp"].json()["semif"]["probabilities"]) == 200
+    proxy.wait(30)
+    assert time.monotonic() - started < 30
+    assert proxy.returncode == 0

@@ -1,0 +1,70 @@
+"""Backpressure and deadlines, with real asyncio timing (short, bounded)."""
+
+import asyncio
+
+import pytest
+
+from proxy.admission import Admission
+from proxy.errors import Overloaded, UpstreamTimeout
+
+
+async def _hold(admission: Admission, release: asyncio.Event, started: list) -> None:
+    async with admission.admit():
+        started.append(1)
+        await release.wait()
+
+
+async def test_past_active_and_queued_bounds_requests_are_refused_with_retry_after():
+    admission = Admission(max_active=2, max_queued=1, deadline_s=5, retry_after_s=3)
+    release, started = asyncio.Event(), []
+    tasks = [asyncio.create_task(_hold(admission, release, started)) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    assert len(started) == 2 and admission.queued == 1  # two run, one waits
+    with pytest.raises(Overloaded) as caught:
+        async with admission.admit():
+            pass
+    assert caught.value.status == 429 and caught.value.headers() == {"Retry-After": "3"}
+    release.set()
+    await asyncio.gather(*tasks)
+    assert len(started) == 3 and admission.queued == 0
+    async with admission.admit():  # free again
+        pass
+
+
+async def test_deadline_cancels_the_work_and_answers_504():
+    admission = Admission(max_active=1, max_queued=0, deadline_s=0.1, retry_after_s=1)
+    cancelled = asyncio.Event()
+
+    async def slow():
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(UpstreamTimeout) as caught:
+        async with admission.admit():
+            await slow()
+    assert caught.value.status == 504 and "0.1 s deadline" in caught.value.message
+    assert cancelled.is_set()
+
+
+async def test_time_spent_queued_counts_against_the_deadline():
+    admission = Admission(max_active=1, max_queued=5, deadline_s=0.3, retry_after_s=1)
+    release, started = asyncio.Event(), []
+    holder = asyncio.create_task(_hold(admission, release, started))  # cut at t=0.3
+    await asyncio.sleep(0.05)
+    # queued from 0.05 to 0.3, then 0.2 s of work: over a deadline counted from
+    # arrival (0.35), within one counted from admission (0.6)
+    with pytest.raises(UpstreamTimeout):
+        async with admission.admit():
+            await asyncio.sleep(0.2)
+    assert admission.queued == 0
+    with pytest.raises(UpstreamTimeout):
+        await holder
+
+
+@pytest.mark.parametrize(("active", "queued"), [(0, 1), (1, -1)])
+def test_bounds_are_checked(active, queued):
+    with pytest.raises(ValueError):
+        Admission(max_active=active, max_queued=queued, deadline_s=1, retry_after_s=1)
