@@ -16,6 +16,7 @@ from .routes.common import relay
 from .routes.decisions import decisions
 from .routes.invocations import invocations
 from .routes.meta import health, metrics, models, ping
+from .routes.openapi import openapi
 from .routes.systemone import system_one
 from .service import DecisionService
 from .upstream import Upstream
@@ -39,6 +40,7 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None) -> web.A
     app.router.add_get("/ping", ping)  # SageMaker: 200 only when llama-server is ready
     app.router.add_post("/invocations", invocations)  # SageMaker: any of the bodies above
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)
     for path in ("/v1/completions", "/v1/embeddings"):
         app.router.add_post(path, _relay_route)
     return app

@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..app_keys import KIND
-from ..errors import InvalidRequest
+from ..app_keys import KIND, METRICS
+from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..upstream import Upstream
 
 __all__ = ["json_object", "json_response", "relay"]
@@ -47,7 +47,12 @@ async def relay(
             return web.Response(status=up.status, body=payload, headers=up.headers)
         response = web.StreamResponse(status=up.status, headers=up.headers)
         await response.prepare(request)
-        async for chunk in up.chunks:
-            await response.write(chunk)
+        try:
+            async for chunk in up.chunks:
+                await response.write(chunk)
+        except UpstreamError as err:
+            # The status line is gone already: end the stream with an error event.
+            request.app[METRICS].upstream_errors.labels(err.code).inc()
+            await response.write(b"\n\ndata: " + orjson.dumps(openai_error_body(err)) + b"\n\n")
         await response.write_eof()
         return response

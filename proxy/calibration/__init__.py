@@ -1,0 +1,17 @@
+"""Calibration fitted per workload: metrics, fitting, profiles, report and the CLI.
+
+Pure logic, no aiohttp. The proxy needs only ``profile`` (load, check, apply,
+route) and ``transform``; ``read`` (httpx) and ``report`` (matplotlib) are
+used by the ``calibrate`` command alone, so nothing here imports them.
+
+    metrics.py    accuracy, ECE, Brier, NLL, reliability bins, coverage curve
+    transform.py  the calibration maps (temperature, Platt, isotonic)
+    fit.py        fitting them with k-fold cross-validation; the automation threshold
+    profile.py    the profile file, apply(), route(), check_compatible()
+    dataset.py    the labelled JSONL format
+    read.py       reading items through a running proxy (httpx)
+    report.py     the Markdown report and its two PNGs (matplotlib, Agg)
+    cli.py        python -m proxy.calibration / python -m proxy calibrate
+"""
+
+__all__: list[str] = []

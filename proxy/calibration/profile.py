@@ -1,0 +1,304 @@
+"""Calibration profiles: the file format, and applying one to an answer.
+
+A profile is ``config/calibration/NAME.json`` (any directory may be passed):
+
+    {"profile_format": 1, "name": "tickets", "created": "2026-11-30T12:00:00Z",
+     "model": "<GET /v1/models data[0].id>", "prompt_format_version": "semif-1",
+     "data_sha256": "<hex>", "n_items": 340, "folds": 5, "seed": 0, "debias": null | "cyclic",
+     "calibration": {"choice": {"method": "temperature", "params": {"temperature": 2.1},
+                                "n_items": 180},
+                     "noul": {"method": "platt", "params": {"a": 0.4, "b": -0.2}, ...},
+                     "score": {"method": "isotonic", "params": {"x": [...], "y": [...]}, ...}},
+     "threshold": {"target_accuracy": 0.95, "threshold": 0.91 | null, "coverage": 0.4,
+                   "accuracy": 0.96 | null},
+     "metrics": {"before": {"all": {...}, "choice": {...}}, "after": {...}}}
+
+``threshold: null`` means no threshold reached the target accuracy on held-out
+data: ``route`` then sends every answer to review. A question type missing
+from ``calibration`` (or with method ``"none"``) is left as it is. The maps
+themselves are described in ``transform.py``.
+
+Errors (all ``ValueError``s, so a route can answer 400):
+
+    ProfileError
+    ├── InvalidProfileName   the name is not [A-Za-z0-9_.-]+ (or starts with a dot)
+    ├── ProfileNotFound      no such file
+    ├── ProfileInvalid       the file is not a valid profile
+    └── ProfileMismatch      fitted for another model or prompt format version
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Literal
+
+from .transform import METHODS, calibrate
+
+__all__ = [
+    "PROFILE_FORMAT",
+    "DEFAULT_DIR",
+    "NAME_PATTERN",
+    "DEBIAS_MODES",
+    "ProfileError",
+    "InvalidProfileName",
+    "ProfileNotFound",
+    "ProfileInvalid",
+    "ProfileMismatch",
+    "KindCalibration",
+    "Threshold",
+    "Profile",
+    "profile_path",
+    "load",
+    "save",
+    "apply",
+    "route",
+    "check_compatible",
+]
+
+PROFILE_FORMAT = 1
+DEFAULT_DIR = Path("config/calibration")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+DEBIAS_MODES = (None, "cyclic")
+_KINDS = ("choice", "score", "noul")
+
+
+class ProfileError(ValueError):
+    pass
+
+
+class InvalidProfileName(ProfileError):
+    pass
+
+
+class ProfileNotFound(ProfileError):
+    pass
+
+
+class ProfileInvalid(ProfileError):
+    pass
+
+
+class ProfileMismatch(ProfileError):
+    def __init__(self, message: str, *, field: str, profile_value: str, server_value: str):
+        super().__init__(message)
+        self.field = field
+        self.profile_value = profile_value
+        self.server_value = server_value
+
+
+@dataclass(frozen=True)
+class KindCalibration:
+    method: str  # one of transform.METHODS
+    params: Mapping[str, Any] = field(default_factory=dict)
+    n_items: int = 0
+
+
+@dataclass(frozen=True)
+class Threshold:
+    target_accuracy: float
+    threshold: float | None  # None: the target was not reached; everything goes to review
+    coverage: float
+    accuracy: float | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    model: str
+    prompt_format_version: str
+    created: str
+    data_sha256: str
+    calibration: Mapping[str, KindCalibration]
+    threshold: Threshold
+    debias: Literal["cyclic"] | None = None
+    n_items: int = 0
+    folds: int = 0
+    seed: int = 0
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    def method(self, kind: str) -> str:
+        """The method applied to answers of this question type ("none" when not fitted)."""
+        entry = self.calibration.get(kind)
+        return entry.method if entry is not None else "none"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "profile_format": PROFILE_FORMAT,
+            "name": self.name,
+            "created": self.created,
+            "model": self.model,
+            "prompt_format_version": self.prompt_format_version,
+            "data_sha256": self.data_sha256,
+            "n_items": self.n_items,
+            "folds": self.folds,
+            "seed": self.seed,
+            "debias": self.debias,
+            "calibration": {
+                kind: {"method": c.method, "params": dict(c.params), "n_items": c.n_items}
+                for kind, c in self.calibration.items()
+            },
+            "threshold": {
+                "target_accuracy": self.threshold.target_accuracy,
+                "threshold": self.threshold.threshold,
+                "coverage": self.threshold.coverage,
+                "accuracy": self.threshold.accuracy,
+            },
+            "metrics": dict(self.metrics),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Profile:
+        """Validate and build; any problem is a ``ProfileInvalid`` saying what is wrong."""
+        try:
+            return _from_json(data)
+        except ProfileInvalid:
+            raise
+        except KeyError as exc:
+            raise ProfileInvalid(f"not a calibration profile: missing field {exc}") from exc
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ProfileInvalid(f"not a calibration profile: {exc!r}") from exc
+
+
+def _number(value: object, what: str, *, lo: float = -math.inf, hi: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProfileInvalid(f"{what} must be a finite number, got {value!r}")
+    if not lo <= value <= hi:
+        raise ProfileInvalid(f"{what} must be within [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def _kind_calibration(kind: str, raw: Mapping[str, Any]) -> KindCalibration:
+    method, params = raw["method"], dict(raw.get("params") or {})
+    where = f"calibration.{kind}"
+    if method not in METHODS:
+        raise ProfileInvalid(f"{where}.method must be one of {list(METHODS)}, got {method!r}")
+    if method == "temperature":
+        _number(params["temperature"], f"{where}.params.temperature", lo=1e-300)
+    elif method == "platt":
+        if kind != "noul":
+            raise ProfileInvalid(f"{where}: Platt scaling is for noul questions only")
+        _number(params["a"], f"{where}.params.a")
+        _number(params["b"], f"{where}.params.b")
+    elif method == "isotonic":
+        xs = [_number(x, f"{where}.params.x", lo=0, hi=1) for x in params["x"]]
+        ys = [_number(y, f"{where}.params.y", lo=0, hi=1) for y in params["y"]]
+        if not xs or len(xs) != len(ys):
+            raise ProfileInvalid(f"{where}.params: x and y must be non-empty and of equal length")
+        if any(a >= b for a, b in zip(xs, xs[1:])) or any(a > b for a, b in zip(ys, ys[1:])):
+            raise ProfileInvalid(f"{where}.params: x must increase and y must not decrease")
+        params = {"x": xs, "y": ys}
+    return KindCalibration(method, params, int(raw.get("n_items", 0)))
+
+
+def _from_json(data: Any) -> Profile:
+    if not isinstance(data, Mapping) or data.get("profile_format") != PROFILE_FORMAT:
+        raise ProfileInvalid(f"not a calibration profile of format {PROFILE_FORMAT}")
+    calibration = {}
+    for kind, raw in data["calibration"].items():
+        if kind not in _KINDS:
+            raise ProfileInvalid(f"calibration: unknown question type {kind!r}")
+        calibration[kind] = _kind_calibration(kind, raw)
+    t = data["threshold"]
+    threshold = Threshold(
+        _number(t["target_accuracy"], "threshold.target_accuracy", lo=0, hi=1),
+        None if t["threshold"] is None else _number(t["threshold"], "threshold.threshold", lo=0, hi=1),
+        _number(t["coverage"], "threshold.coverage", lo=0, hi=1),
+        None if t.get("accuracy") is None else _number(t["accuracy"], "threshold.accuracy", lo=0, hi=1),
+    )
+    if data.get("debias") not in DEBIAS_MODES:
+        raise ProfileInvalid(f"debias must be null or \"cyclic\", got {data.get('debias')!r}")
+    for key in ("name", "model", "prompt_format_version", "created", "data_sha256"):
+        if not isinstance(data[key], str):
+            raise ProfileInvalid(f"{key} must be a string")
+    return Profile(
+        name=data["name"], model=data["model"], prompt_format_version=data["prompt_format_version"],
+        created=data["created"], data_sha256=data["data_sha256"], calibration=calibration,
+        threshold=threshold, debias=data.get("debias"), n_items=int(data.get("n_items", 0)),
+        folds=int(data.get("folds", 0)), seed=int(data.get("seed", 0)),
+        metrics=dict(data.get("metrics") or {}),
+    )
+
+
+def profile_path(name: str, directory: Path | str = DEFAULT_DIR) -> Path:
+    """``directory/NAME.json``; a name that is not [A-Za-z0-9_.-]+, or that starts with a dot,
+    is refused, so no name reaches outside the directory."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name.startswith("."):
+        raise InvalidProfileName(
+            f"invalid calibration profile name {name!r}: use letters, digits, '_', '.', '-' "
+            "(not starting with '.')"
+        )
+    return Path(directory) / f"{name}.json"
+
+
+def load(name: str, directory: Path | str = DEFAULT_DIR) -> Profile:
+    path = profile_path(name, directory)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ProfileNotFound(f"no calibration profile {name!r} in {directory}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileInvalid(f"calibration profile {name!r} is not valid JSON: {exc}") from exc
+    profile = Profile.from_json(data)
+    if profile.name != name:
+        raise ProfileInvalid(f"file {path.name} holds profile {profile.name!r}, not {name!r}")
+    return profile
+
+
+def save(profile: Profile, directory: Path | str = DEFAULT_DIR) -> Path:
+    path = profile_path(profile.name, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(profile.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def apply(profile: Profile, kind: str, probabilities: Sequence[float]) -> list[float]:
+    """Calibrated probabilities (option order; noul ``[P(true), P(false)]``) for a question of
+    this type. Temperature scaling never changes the choice; see transform.py."""
+    if kind not in _KINDS:
+        raise ValueError(f"unknown question type {kind!r}")
+    entry = profile.calibration.get(kind)
+    if entry is None:
+        return [float(p) for p in probabilities]
+    return calibrate(entry.method, entry.params, kind, probabilities)
+
+
+def route(profile: Profile, probabilities: Sequence[float]) -> Literal["auto", "review"]:
+    """"auto" when the (calibrated) top probability reaches the profile's threshold,
+    "review" otherwise and always when the profile has no threshold."""
+    t = profile.threshold.threshold
+    return "auto" if t is not None and max(probabilities) >= t else "review"
+
+
+def _same_model(fitted: str, served: str) -> bool:
+    """Equal ids, or the same GGUF file name (llama-server's id is the path it was given,
+    which differs between a laptop and a container)."""
+    if fitted == served:
+        return True
+    names = {PureWindowsPath(PurePosixPath(m).name).name for m in (fitted, served)}
+    return len(names) == 1 and fitted.lower().endswith(".gguf")
+
+
+def check_compatible(profile: Profile, model: str, prompt_format_version: str) -> None:
+    """Raise ``ProfileMismatch`` unless the profile was fitted for this model and prompt format."""
+    if not _same_model(profile.model, model):
+        raise ProfileMismatch(
+            f"calibration profile {profile.name!r} was fitted for model {profile.model!r}, "
+            f"but this server runs {model!r}",
+            field="model", profile_value=profile.model, server_value=model,
+        )
+    if profile.prompt_format_version != prompt_format_version:
+        raise ProfileMismatch(
+            f"calibration profile {profile.name!r} was fitted for prompt format "
+            f"{profile.prompt_format_version!r}, but this server uses {prompt_format_version!r}",
+            field="prompt_format_version", profile_value=profile.prompt_format_version,
+            server_value=prompt_format_version,
+        )

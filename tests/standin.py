@@ -1,0 +1,114 @@
+"""A stand-in for llama-server that misbehaves on demand, served from a thread.
+
+It answers the model, template and tokenizer calls like SmolLM2 would, and
+/v1/chat/completions according to ``mode``: "good", "slow", "truncated",
+"invalid_json", "error_500" or "loading".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from aiohttp import web
+
+from tests.conftest import free_port
+
+__all__ = ["StandIn"]
+
+_CONTEXT = "<|im_end|>\n<|im_start|>assistant\n"
+_GOOD = {
+    "model": "standin",
+    "choices": [{"logprobs": {"content": [{"top_logprobs": [
+        {"id": 49 + i, "token": chr(65 + i), "logprob": -0.5 - i} for i in range(26)]}]}}],
+    "usage": {"prompt_tokens": 30},
+}
+
+
+class StandIn:
+    def __init__(self) -> None:
+        self.mode = "good"
+        self.delay_s = 5.0
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cancelled = 0  # slow answers whose client went away
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> StandIn:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/props", self._props)
+        app.router.add_get("/health", self._health)
+        app.router.add_post("/apply-template", self._template)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        runner = web.AppRunner(app, handler_cancellation=True)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(runner.cleanup())
+
+    async def _props(self, request: web.Request) -> web.Response:
+        return web.json_response({"total_slots": 2})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "standin", "meta": {"n_vocab": 49152}}]})
+
+    async def _template(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"prompt": body["messages"][-1]["content"] + _CONTEXT})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        text = (await request.json())["content"]
+        base = [2, 198, 1, 520, 9531, 198]
+        tail = text[len(_CONTEXT):] if text.startswith(_CONTEXT) else None
+        if tail is None:
+            return web.json_response({"tokens": [0] * 3})
+        if tail == "":
+            return web.json_response({"tokens": base})
+        if len(tail) == 1 and tail.isupper():
+            return web.json_response({"tokens": [*base, 49 + ord(tail) - 65]})
+        return web.json_response({"tokens": [*base, 7, 7]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        if self.mode == "slow":
+            try:
+                await asyncio.sleep(self.delay_s)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+            return web.json_response(_GOOD)
+        if self.mode == "truncated":
+            resp = web.StreamResponse(headers={"Content-Type": "application/json",
+                                               "Content-Length": "4000"})
+            await resp.prepare(request)
+            await resp.write(b'{"model": "standin", "choices": [{"logp')
+            request.transport.close()
+            return resp
+        if self.mode == "invalid_json":
+            return web.Response(text='{"model": "standin", "choices": [', content_type="application/json")
+        if self.mode == "error_500":
+            return web.json_response({"error": {"code": 500, "message": "CUDA out of memory"}},
+                                     status=500)
+        if self.mode == "loading":
+            return web.json_response({"error": {"code": 503, "message": "Loading model"}},
+                                     status=503)
+        return web.json_response(_GOOD)
