@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from .decision.debias import average, rotate
 from .decision.labels import CANDIDATES, assign_labels, gbnf_alternatives, single_token_id
 from .decision.prompt import (
     ANSWER_INSTRUCTION,
@@ -84,31 +85,52 @@ class DecisionService:
 
     async def decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
-        template_kwargs: Mapping[str, Any] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None, *, debias: Sequence[int] = (),
     ) -> Outcome:
-        """One question asked at the end of a conversation."""
+        """One question asked at the end of a conversation. ``debias``: the cyclic
+        shifts of the options to read and average (empty: one read as given)."""
         if self._metrics:
             self._metrics.questions.observe(1)
         async with self._admission.admit():
-            return await self._decide(messages, question, template_kwargs)
+            return await self._decide(messages, question, template_kwargs, debias)
 
     async def _decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
-        template_kwargs: Mapping[str, Any] | None = None,
+        template_kwargs: Mapping[str, Any] | None, debias: Sequence[int],
+    ) -> Outcome:
+        if list(debias) in ([], [0]) or question.kind == "score":
+            outcome = await self._decide_once(messages, question, template_kwargs)
+        else:
+            # one after another: each rotation reuses the KV of everything before the options
+            reads = [(s, await self._decide_once(messages, rotate(question, s), template_kwargs))
+                     for s in debias]
+            first = reads[0][1]
+            outcome = Outcome(
+                average(question, [(s, o.decision) for s, o in reads]),
+                first.labels,  # the first shift is 0: the options in the caller's order
+                first.model, first.prompt_tokens,
+                sum(o.prompt_evaluated for _, o in reads), sum(o.reads for _, o in reads),
+            )
+        if self._metrics:
+            self._metrics.decision(outcome.decision, outcome.reads)
+        return outcome
+
+    async def _decide_once(
+        self, messages: Sequence[Mapping[str, Any]], question: Question,
+        template_kwargs: Mapping[str, Any] | None,
     ) -> Outcome:
         kwargs = {"enable_thinking": False, **(template_kwargs or {})}
         for attempt in range(2):
             labels = await self._labels(len(question.names), kwargs)
             outcome = await self._read(messages, question, labels, kwargs)
             if outcome is not None:
-                if self._metrics:
-                    self._metrics.decision(outcome.decision, outcome.reads)
                 return outcome
             self._forget()  # another model answered: verify labels again, once
         raise UpstreamBadResponse("llama-server changed models while answering")
 
     async def decide_many(
-        self, state_text: str, questions: Mapping[str, Question]
+        self, state_text: str, questions: Mapping[str, Question],
+        *, debias: Mapping[str, Sequence[int]] | None = None,
     ) -> dict[str, Outcome]:
         """Answer every question about one state, each in its own prompt (state
         first, question last), so no answer depends on the other questions.
@@ -123,21 +145,24 @@ class DecisionService:
         if self._metrics:
             self._metrics.questions.observe(len(questions))
         async with self._admission.admit():
-            return await self._decide_all(state_text, questions)
+            return await self._decide_all(state_text, questions, debias or {})
 
     async def _decide_all(
-        self, state_text: str, questions: Mapping[str, Question]
+        self, state_text: str, questions: Mapping[str, Question],
+        debias: Mapping[str, Sequence[int]],
     ) -> dict[str, Outcome]:
         items = list(questions.items())
         messages = state_messages(state_text)
         first_id, first = items[0]
-        outcomes = {first_id: await self._decide(messages, first)}
+        outcomes = {first_id: await self._decide(messages, first, None, debias.get(first_id, ()))}
         if len(items) > 1:
             limit = asyncio.Semaphore(self._fanout or await self._total_slots())
 
             async def one(qid: str, question: Question) -> None:
                 async with limit:
-                    outcomes[qid] = await self._decide(messages, question)
+                    outcomes[qid] = await self._decide(
+                        messages, question, None, debias.get(qid, ())
+                    )
 
             try:
                 async with asyncio.TaskGroup() as group:

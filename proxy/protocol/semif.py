@@ -3,19 +3,23 @@
     "semif": {
         "type": "choice" | "noul" | "score",       # default "choice"
         "options": [...] | {name: description},    # noul: optional {"true":..,"false":..}
-        "temperature": 1.0                         # positive, finite
+        "temperature": 1.0,                        # positive, finite
+        "debias": "cyclic" | {"method": "cyclic", "rotations": k},   # optional
+        "calibration": "profile-name" | "none"     # optional
     }
 
-``parse_semif`` turns it into a ``Question`` or raises ``InvalidRequest`` whose
+``parse_semif`` turns it into a ``SemifCall`` or raises ``InvalidRequest`` whose
 ``param`` names the offending field (``semif.options.3``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..decision.debias import DebiasError, parse_debias
 from ..decision.question import (
     Question,
     QuestionError,
@@ -26,7 +30,7 @@ from ..decision.question import (
 )
 from ..errors import InvalidRequest
 
-__all__ = ["SemifSpec", "parse_semif", "refuse_incompatible"]
+__all__ = ["SemifSpec", "SemifCall", "parse_semif", "refuse_incompatible"]
 
 _BUILDERS = {"choice": choice_question, "noul": noul_question, "score": score_question}
 
@@ -37,9 +41,18 @@ class SemifSpec(BaseModel):
     type: Literal["choice", "noul", "score"] = "choice"
     options: Any = None
     temperature: Any = 1.0
+    debias: Any = None
+    calibration: str | None = None
 
 
-def parse_semif(raw: object) -> Question:
+@dataclass(frozen=True)
+class SemifCall:
+    question: Question
+    debias: tuple[int, ...]  # cyclic shifts to read and average; empty: read once
+    calibration: str | None
+
+
+def parse_semif(raw: object) -> SemifCall:
     if not isinstance(raw, dict):
         raise InvalidRequest("semif must be an object", param="semif")
     try:
@@ -50,10 +63,17 @@ def parse_semif(raw: object) -> Question:
         raise InvalidRequest(f"semif.{loc}: {first['msg']}", param=f"semif.{loc}") from exc
     try:
         temperature = check_temperature(spec.temperature, ("temperature",))
-        return _BUILDERS[spec.type](spec.options, loc=("options",), temperature=temperature)
+        question = _BUILDERS[spec.type](spec.options, loc=("options",), temperature=temperature)
     except QuestionError as exc:
         param = ".".join(["semif", *(str(p) for p in exc.loc)])
         raise InvalidRequest(f"{param}: {exc.message}", param=param) from exc
+    try:
+        if spec.debias is not None and question.kind == "score":
+            raise DebiasError("score levels are ordered; debias applies to choice and noul")
+        debias = tuple(parse_debias(spec.debias, len(question.names)))
+    except DebiasError as exc:
+        raise InvalidRequest(f"semif.debias: {exc}", param="semif.debias") from exc
+    return SemifCall(question, debias, spec.calibration)
 
 
 def refuse_incompatible(body: dict[str, Any]) -> None:

@@ -6,7 +6,9 @@
 ``parse_request`` validates the shape with pydantic and the meaning with the
 question builders; every failure becomes ``Unprocessable`` with FastAPI-style
 ``{loc, msg, type}`` entries whose ``loc`` starts with ``"body"``. Unknown
-top-level fields are ignored, as the API does.
+top-level fields are ignored, as the API does. Extensions: ``x_debias``
+(``"cyclic"`` or ``{"method": "cyclic", "rotations": k}``; applies to choice
+and noul questions, score levels keep their order) and ``x_calibration``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..decision.debias import DebiasError, parse_debias
 from ..decision.prompt import PROMPT_FORMAT_VERSION
 from ..decision.question import (
     Question,
@@ -61,6 +64,8 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
     state: Any
+    x_debias: Any = None
+    x_calibration: str | None = None
     questions: Annotated[
         dict[str, Annotated[_Choice | _Score | _Noul, Field(discriminator="type")]],
         Field(min_length=1, max_length=MAX_QUESTIONS),
@@ -79,6 +84,8 @@ class SystemOneCall:
     model: str | None
     state_text: str
     questions: dict[str, Question]
+    debias: dict[str, tuple[int, ...]]  # question id -> cyclic shifts (absent: read once)
+    calibration: str | None
 
 
 _BUILDERS = {"choice": choice_question, "score": score_question, "noul": noul_question}
@@ -100,7 +107,13 @@ def parse_request(body: dict[str, Any]) -> SystemOneCall:
             details.append({"loc": list(err.loc), "msg": err.message, "type": "value_error"})
     if details:
         raise Unprocessable(details)
-    return SystemOneCall(request.model, as_text(request.state), questions)
+    try:
+        debias = {qid: tuple(parse_debias(request.x_debias, len(q.names)))
+                  for qid, q in questions.items() if q.kind != "score"}
+    except DebiasError as err:
+        raise Unprocessable([{"loc": ["body", "x_debias"], "msg": str(err), "type": "value_error"}])
+    return SystemOneCall(request.model, as_text(request.state), questions,
+                         {qid: d for qid, d in debias.items() if d}, request.x_calibration)
 
 
 def _detail(error: Any) -> dict[str, Any]:

@@ -20,14 +20,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if body.get("semif") is None:
         return await relay(request, request.app[UPSTREAM], raw, "/v1/chat/completions")
     request[KIND] = "decision"
-    question = parse_semif(body["semif"])
+    call = parse_semif(body["semif"])
     refuse_incompatible(body)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise InvalidRequest("stream must be a boolean", param="stream")
     model = body.get("model") if isinstance(body.get("model"), str) else None
     outcome = await request.app[SERVICE].decide(
-        body["messages"], question, body.get("chat_template_kwargs")
+        body["messages"], call.question, body.get("chat_template_kwargs"), debias=call.debias
     )
     if not stream:
         return json_response(completion_body(outcome, model))

@@ -50,5 +50,5 @@ async def system_one(request: web.Request) -> web.StreamResponse:
             "msg": f"unknown model {call.model!r}; this server answers as {accepted}",
             "type": "value_error",
         }])
-    outcomes = await service.decide_many(call.state_text, call.questions)
+    outcomes = await service.decide_many(call.state_text, call.questions, debias=call.debias)
     return json_response(response_body(call.model or DEFAULT_MODEL, outcomes))

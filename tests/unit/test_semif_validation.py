@@ -35,6 +35,13 @@ MANY = [f"o{i}" for i in range(256)]
         ({"options": ["a", "b"], "temperature": "1"}, "semif.temperature", "number"),
         ({"options": ["a", "b"], "temperature": True}, "semif.temperature", "number"),
         ({"options": ["a", "b"], "labels": ["x"]}, "semif.labels", "not permitted"),
+        ({"options": ["a", "b"], "debias": "random"}, "semif.debias", "cyclic"),
+        ({"options": ["a", "b"], "debias": {"method": "cyclic", "rotations": 3}}, "semif.debias",
+         "between 1 and"),
+        ({"options": ["a", "b"], "debias": {"method": "cyclic", "rotations": "2"}}, "semif.debias",
+         "integer"),
+        ({"type": "score", "options": ["a", "b"], "debias": "cyclic"}, "semif.debias", "ordered"),
+        ({"options": ["a", "b"], "calibration": 7}, "semif.calibration", "string"),
     ],
 )
 def test_invalid_semif_is_refused_naming_the_field(semif, param, says):
@@ -57,7 +64,7 @@ def test_invalid_semif_is_refused_naming_the_field(semif, param, says):
     ],
 )
 def test_valid_semif(semif, kind, names):
-    q = parse_semif(semif)
+    q = parse_semif(semif).question
     assert (q.kind, q.names) == (kind, names)
     assert q.temperature == float(semif.get("temperature", 1.0))
 
@@ -86,3 +93,11 @@ def test_incompatible_fields_are_refused(extra, param):
 @pytest.mark.parametrize("extra", [{}, {"n": 1}, {"tools": []}, {"response_format": None}])
 def test_compatible_fields_pass(extra):
     refuse_incompatible({**BASE, **extra})
+
+
+@pytest.mark.parametrize(
+    ("debias", "expected"),
+    [(None, ()), ("cyclic", (0, 1, 2)), ({"method": "cyclic", "rotations": 2}, (0, 1))],
+)
+def test_debias_becomes_the_shifts_to_read(debias, expected):
+    assert parse_semif({"options": ["a", "b", "c"], "debias": debias}).debias == expected

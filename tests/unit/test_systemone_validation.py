@@ -84,3 +84,25 @@ def test_valid_request_keeps_ids_names_and_structured_text():
     assert route.shown == ('Billing - ["money", "refunds"]', "🚚 shipping")
     assert route.instructions == '{"task": "route"}'
     assert call.questions["urgency"].legend == ("low", {"level": "high"})
+
+
+@pytest.mark.parametrize(
+    ("x_debias", "expected"),
+    [
+        (None, {}),
+        ("cyclic", {"c": (0, 1, 2), "n": (0, 1)}),  # the score question is read once
+        ({"method": "cyclic", "rotations": 2}, {"c": (0, 1), "n": (0, 1)}),
+    ],
+)
+def test_x_debias_applies_to_choice_and_noul(x_debias, expected):
+    body = {"state": "s", "x_debias": x_debias, "questions": {
+        "c": {"type": "choice", "criteria": {"a": None, "b": None, "d": None}},
+        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
+        "n": {"type": "noul"}}}
+    assert parse_request(body).debias == expected
+
+
+@pytest.mark.parametrize("x_debias", ["shuffle", {"method": "cyclic", "rotations": 9}])
+def test_bad_x_debias_is_422(x_debias):
+    body = {"state": "s", "x_debias": x_debias, "questions": {"c": CHOICE}}
+    assert ["body", "x_debias"] in _locs(body)
