@@ -32,6 +32,7 @@ class StandIn:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cancelled = 0  # slow answers whose client went away
+        self.hits = 0  # requests received, on any path
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -48,7 +49,7 @@ class StandIn:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        app = web.Application()
+        app = web.Application(middlewares=[self._count])
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/props", self._props)
         app.router.add_get("/health", self._health)
@@ -61,6 +62,11 @@ class StandIn:
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(runner.cleanup())
+
+    @web.middleware
+    async def _count(self, request: web.Request, handler):
+        self.hits += 1
+        return await handler(request)
 
     async def _props(self, request: web.Request) -> web.Response:
         return web.json_response({"total_slots": 2})
