@@ -180,3 +180,31 @@ def test_slow_clients_do_not_block_others(proxy_url):
         stop_drip.set()
         for d in drippers:
             d.join(5)
+
+
+def test_past_the_caps_decisions_get_429_with_retry_after(standin_proxy, logs_dir):
+    standin, _ = standin_proxy
+    standin.mode, standin.delay_s = "slow", 1.0
+    proc, url, log = launch_proxy(logs_dir, standin.url, "--max-active-decisions", "1",
+                                  "--max-queued-decisions", "1", "--retry-after-s", "4")
+    try:
+        results = []
+
+        def call():
+            resp = httpx.post(url + "/v1/chat/completions", json=DECISION, timeout=30)
+            results.append((resp.status_code, resp.headers.get("Retry-After")))
+
+        threads = [threading.Thread(target=call) for _ in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        statuses = sorted(status for status, _ in results)
+        assert statuses == [200, 200, 429, 429, 429]  # one runs, one waits, the rest are refused
+        assert all(after == "4" for status, after in results if status == 429)
+        plain = httpx.post(url + "/v1/chat/completions", json={"messages": DECISION["messages"]})
+        assert plain.status_code == 200  # relays are not decisions and are never refused
+    finally:
+        stop(proc)
+        log.close()
+        standin.mode = "good"
