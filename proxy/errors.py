@@ -86,17 +86,21 @@ class Unauthorized(ProxyError):
     code = "invalid_api_key"
 
 
-class Overloaded(ProxyError):
-    status = 429
-    error_type = "rate_limit_error"
-    code = "overloaded"
+class _RetryLater(ProxyError):
+    """An answer that tells the client when to try again (``Retry-After``)."""
 
-    def __init__(self, message: str, *, retry_after_s: int = 1):
+    def __init__(self, message: str, *, retry_after_s: int = 2):
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
+
+
+class Overloaded(_RetryLater):
+    status = 429
+    error_type = "rate_limit_error"
+    code = "overloaded"
 
 
 class UpstreamError(ProxyError):
@@ -105,16 +109,10 @@ class UpstreamError(ProxyError):
     code = "upstream_error"
 
 
-class UpstreamUnavailable(UpstreamError):
+class UpstreamUnavailable(_RetryLater, UpstreamError):
     status = 503
+    error_type = "upstream_error"
     code = "upstream_unavailable"
-
-    def __init__(self, message: str, *, retry_after_s: int = 2):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after_s)}
 
 
 class UpstreamTimeout(UpstreamError):
