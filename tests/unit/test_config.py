@@ -1,0 +1,44 @@
+import pytest
+
+from proxy.config import Settings, build_parser, load_settings
+
+
+def test_defaults_when_nothing_is_given():
+    assert load_settings([], {}) == Settings()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "field", "expected"),
+    [
+        ([], {"PROXY_PORT": "9000"}, "port", 9000),
+        (["--port", "9001"], {"PROXY_PORT": "9000"}, "port", 9001),  # the flag wins
+        ([], {"UPSTREAM_URL": "http://llama:8081"}, "upstream_url", "http://llama:8081"),
+        ([], {"PROXY_DEADLINE": "12.5"}, "decision_deadline_s", 12.5),
+        ([], {"PROXY_QUESTION_FANOUT": "0"}, "question_fanout", 0),
+        ([], {"PROXY_API_KEY": ""}, "api_key", None),  # empty means unset
+        (["--max-body-bytes", "2048"], {}, "max_body_bytes", 2048),
+    ],
+)
+def test_flags_then_environment_then_defaults(argv, env, field, expected):
+    assert getattr(load_settings(argv, env), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--port", "0"], {}),
+        ([], {"PROXY_REQUEST_TIMEOUT": "-1"}),
+        ([], {"PROXY_MAX_BODY_BYTES": "10"}),
+        (["--n-probs", "0"], {}),
+        ([], {"PROXY_MAX_ACTIVE": "0"}),
+    ],
+)
+def test_impossible_settings_are_refused(argv, env):
+    with pytest.raises(ValueError):
+        load_settings(argv, env)
+
+
+def test_help_names_every_environment_variable():
+    text = build_parser().format_help()
+    for env in ("PROXY_PORT", "UPSTREAM_URL", "PROXY_API_KEY", "PROXY_DEADLINE", "PROXY_MAX_QUEUED"):
+        assert env in text
