@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.stack import start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
-__all__ = ["free_port", "llama_server", "proxy", "ROOT"]
+__all__ = ["free_port", "llama_server", "proxy", "proxy_process", "ROOT"]
 
 
 def free_port() -> int:
@@ -40,12 +41,20 @@ def llama_server(binary: Path | None = None, extra: list[str] | None = None) -> 
 
 
 @contextlib.contextmanager
-def proxy(upstream_url: str, extra: list[str] | None = None) -> Iterator[str]:
+def proxy_process(upstream_url: str, extra: list[str] | None = None
+                  ) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The proxy's URL and its process (for its PID: RSS, /proc)."""
     port = free_port()
     with tempfile.TemporaryFile() as log:
         proc = start_proxy(port, upstream_url, extra, log=log)
         try:
             wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=30)
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://127.0.0.1:{port}", proc
         finally:
             stop(proc)
+
+
+@contextlib.contextmanager
+def proxy(upstream_url: str, extra: list[str] | None = None) -> Iterator[str]:
+    with proxy_process(upstream_url, extra) as (url, _):
+        yield url

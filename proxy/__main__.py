@@ -1,4 +1,8 @@
-"""``python -m proxy``: parse flags, load settings once, serve until SIGINT/SIGTERM."""
+"""``python -m proxy``: parse flags, load settings once, serve until SIGINT/SIGTERM.
+
+``python -m proxy calibrate DATA.jsonl --profile NAME`` fits a calibration
+profile against a running proxy instead (see ``proxy/calibration``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import sys
 
 from aiohttp import web
 
+from . import calibration
 from .app import create_app
 from .config import load_settings
 
@@ -42,4 +47,4 @@ def _event_loop():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(calibration.main(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else main())

@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from .admission import Admission
-from .app_keys import METRICS, SERVICE, SETTINGS, UPSTREAM
+from .app_keys import METRICS, PROFILES, SERVICE, SETTINGS, UPSTREAM
 from .config import Settings
 from .metrics import Metrics
 from .middleware import MIDDLEWARES
+from .profiles import ProfileStore
 from .routes.chat import chat_completions
 from .routes.common import relay
 from .routes.decisions import decisions
@@ -31,6 +32,7 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None) -> web.A
     )
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
+    app[PROFILES] = ProfileStore(settings.calibration_dir, settings.calibration_profile or None)
     app.cleanup_ctx.append(_upstream_ctx(upstream))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)

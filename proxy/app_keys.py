@@ -6,15 +6,17 @@ from aiohttp import web
 
 from .config import Settings
 from .metrics import Metrics
+from .profiles import ProfileStore
 from .service import DecisionService
 from .upstream import Upstream
 
-__all__ = ["SETTINGS", "UPSTREAM", "SERVICE", "METRICS", "KIND", "API"]
+__all__ = ["SETTINGS", "UPSTREAM", "SERVICE", "METRICS", "PROFILES", "KIND", "API"]
 
 SETTINGS = web.AppKey("settings", Settings)
 UPSTREAM = web.AppKey("upstream", Upstream)
 SERVICE = web.AppKey("service", DecisionService)
 METRICS = web.AppKey("metrics", Metrics)
+PROFILES = web.AppKey("profiles", ProfileStore)
 
 # What a request turned out to be ("decision" or "relay"), for the metrics.
 KIND = web.RequestKey("kind", str)

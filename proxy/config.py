@@ -32,6 +32,8 @@ class Settings:
     max_queued_decisions: int = 64
     decision_deadline_s: float = 50.0  # from arrival; under SageMaker's 60 s
     max_state_chars: int = 400_000
+    calibration_dir: str = "config/calibration"
+    calibration_profile: str = ""  # applied when a request names none; "" for no default
     max_connections: int = 256
     shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
 
@@ -79,6 +81,10 @@ _OPTIONS: dict[str, tuple[str, str]] = {
         "PROXY_DEADLINE", "seconds a decision request may take from arrival (504 and cancelled after)"
     ),
     "max_state_chars": ("PROXY_MAX_STATE_CHARS", "longest System One / Decisions state accepted"),
+    "calibration_dir": ("PROXY_CALIBRATION_DIR", "folder of calibration profiles (NAME.json)"),
+    "calibration_profile": (
+        "PROXY_CALIBRATION_PROFILE", "profile applied when a request names none ('' for none)"
+    ),
     "max_connections": ("PROXY_MAX_CONNECTIONS", "connections kept to llama-server"),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
 }

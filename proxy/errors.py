@@ -61,6 +61,7 @@ class InvalidRequest(ProxyError):
     status = 400
     error_type = "invalid_request_error"
     code = "invalid_request"
+    is_validation = True  # System One answers these as 422 validation errors
 
 
 class RequestTooLarge(InvalidRequest):
@@ -157,7 +158,7 @@ def system_one_error_response(err: ProxyError) -> web.Response:
     """System One errors: 422 ``{"detail": [{loc, msg, type}]}``, others ``{"detail": msg}``."""
     if isinstance(err, Unprocessable):
         detail: Any = err.details
-    elif isinstance(err, InvalidRequest) and err.status == 400:
+    elif isinstance(err, InvalidRequest) and err.status == 400 and err.is_validation:
         detail = [{"loc": ["body", *(err.param.split(".") if err.param else [])],
                    "msg": err.message, "type": err.code}]
         return web.Response(status=422, body=orjson.dumps({"detail": detail}),

@@ -48,6 +48,8 @@ class Outcome:
     prompt_tokens: int
     prompt_evaluated: int
     reads: int  # upstream reads needed to know every label exactly
+    calibration: dict[str, str] | None = None  # {"profile", "method"} once calibrated
+    route: str | None = None  # "auto" | "review", from the profile's threshold
 
 
 def read_widths(first: int, n_labels: int, n_vocab: int | None) -> list[int]:

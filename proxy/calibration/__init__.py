@@ -14,4 +14,15 @@ used by the ``calibrate`` command alone, so nothing here imports them.
     cli.py        python -m proxy.calibration / python -m proxy calibrate
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``calibrate`` command; imported only when run (it needs httpx and matplotlib)."""
+    from .cli import main as run
+
+    return run(argv)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..decision.prompt import PROMPT_FORMAT_VERSION
 from .dataset import DataError, data_sha256, load_items
-from .fit import EXTRA_METHODS, CalibrationFit, Labelled, fit_calibration
+from .fit import EXTRA_METHODS, MIN_AUTOMATED, CalibrationFit, Labelled, fit_calibration
 from .profile import DEFAULT_DIR, KindCalibration, Profile, Threshold, profile_path, save
 from .read import Progress, ReadError, Reading, read_answers, served_model
 
@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="bearer key for the proxy")
     p.add_argument("--target-accuracy", type=float, default=0.95,
                    help="accuracy the automated answers must reach (default 0.95)")
+    p.add_argument("--min-automated", type=int, default=MIN_AUTOMATED,
+                   help="fewest held-out answers a threshold must be backed by "
+                        f"(default {MIN_AUTOMATED})")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fold assignment")
     p.add_argument("--debias", choices=["cyclic"], default=None,
@@ -58,24 +61,25 @@ def prompt_format_of(readings: Sequence[Reading]) -> str:
     """The prompt format version the proxy reported; all answers must agree."""
     versions = {r.prompt_format_version for r in readings if r.prompt_format_version}
     if len(versions) > 1:
-        raise ReadError(f"the proxy answered with several prompt format versions: {sorted(versions)}")
+        raise ReadError(f"the proxy answered in several prompt formats: {sorted(versions)}")
     return versions.pop() if versions else PROMPT_FORMAT_VERSION
 
 
 def fit_profile(
     readings: Sequence[Labelled], *, name: str, model: str, prompt_format_version: str,
-    data_sha256: str, target_accuracy: float = 0.95, folds: int = 5, seed: int = 0,
+    data_sha256: str, target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED,
+    folds: int = 5, seed: int = 0,
     methods: Sequence[str] = ("temperature", *EXTRA_METHODS), debias: str | None = None,
     plain: Sequence[Labelled] | None = None, created: str | None = None,
 ) -> Fitted:
     """Fit on ``readings`` (the debiased ones when ``debias`` is set; ``plain`` then holds the
     same items read without debiasing, fitted on the same folds for the report)."""
     fit = fit_calibration(readings, methods=methods, folds=folds, seed=seed,
-                          target_accuracy=target_accuracy)
+                          target_accuracy=target_accuracy, min_automated=min_automated)
     plain_fit = None
     if plain is not None:
         plain_fit = fit_calibration(plain, methods=methods, folds=folds, seed=seed,
-                                    target_accuracy=target_accuracy)
+                                    target_accuracy=target_accuracy, min_automated=min_automated)
     chosen = fit.threshold
     metrics = {"before": fit.metrics("before"), "after": fit.metrics("after"),
                "held_out_nll": {k: kf.held_out_nll for k, kf in fit.kinds.items()}}
@@ -87,7 +91,8 @@ def fit_profile(
         created=created or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         data_sha256=data_sha256,
         calibration={k: KindCalibration(kf.method, kf.params, kf.n) for k, kf in fit.kinds.items()},
-        threshold=Threshold(target_accuracy, chosen.threshold, chosen.coverage, chosen.accuracy),
+        threshold=Threshold(target_accuracy, chosen.threshold, chosen.coverage, chosen.accuracy,
+                            chosen.count, min_automated),
         debias=debias, n_items=len(readings), folds=folds, seed=seed, metrics=metrics,
     )
     return Fitted(profile, fit, plain_fit)
@@ -125,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             [r.labelled for r in (debiased or plain)], name=args.profile, model=model,
             prompt_format_version=prompt_format_of([*plain, *(debiased or [])]),
             data_sha256=data_sha256(args.data), target_accuracy=args.target_accuracy,
+            min_automated=args.min_automated,
             folds=args.folds, seed=args.seed, methods=methods, debias=args.debias,
             plain=[r.labelled for r in plain] if debiased else None)
     except (ValueError, ReadError, OSError) as exc:  # DataError and ProfileError are ValueErrors
@@ -140,8 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _summarise(fitted: Fitted, path: Path, paths: dict[str, Path]) -> None:
     before, after = fitted.fit.metrics("before")["all"], fitted.fit.metrics("after")["all"]
     for kind, kf in fitted.fit.kinds.items():
-        print(f"{kind}: {kf.n} items, method {kf.method} {kf.params if kf.method != 'isotonic' else ''}"
-              f"{' (' + kf.note + ')' if kf.note else ''}")
+        params = kf.params if kf.method != "isotonic" else f"{len(kf.params['x'])} knots"
+        note = f" ({kf.note})" if kf.note else ""
+        print(f"{kind}: {kf.n} items, method {kf.method} {params or ''}{note}")
     print("held out, before -> after: " + ", ".join(
         f"{m} {before[m]:.4f} -> {after[m]:.4f}" for m in ("accuracy", "ece", "brier", "nll")))
     t = fitted.profile.threshold

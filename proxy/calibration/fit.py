@@ -9,8 +9,9 @@ then fitted on all items of that type.
 
 The automation threshold is chosen on the held-out calibrated answers of all
 types together: the smallest top probability t such that the answers at or
-above t reach the target accuracy. When no t does, the threshold is ``None``
-and every answer goes to review.
+above t reach the target accuracy, counting only thresholds backed by at least
+``min_count`` answers (one lucky answer at the top proves nothing). When no t
+does, the threshold is ``None`` and every answer goes to review.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "KINDS",
     "EXTRA_METHODS",
     "MIN_ITEMS",
+    "MIN_AUTOMATED",
     "T_RANGE",
     "Labelled",
     "KindFit",
@@ -47,6 +49,7 @@ __all__ = [
 KINDS = ("choice", "score", "noul")
 EXTRA_METHODS = ("platt", "isotonic")
 MIN_ITEMS = 10  # fewer items of a type than this (or than 2 per fold): left uncalibrated
+MIN_AUTOMATED = 10  # a threshold must be backed by at least this many held-out answers
 T_RANGE = (0.01, 100.0)
 _GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -60,7 +63,8 @@ class Labelled:
     gold: int
 
 
-def _tempered_nll(logs: Sequence[Sequence[float]], golds: Sequence[int], temperature: float) -> float:
+def _tempered_nll(logs: Sequence[Sequence[float]], golds: Sequence[int], temperature: float
+                  ) -> float:
     """Mean of log sum_j exp(l_j / T) - l_y / T: the NLL of softmax(l / T)."""
     total = 0.0
     for lg, g in zip(logs, golds):
@@ -232,9 +236,12 @@ def fit_kind(kind: str, probs: Sequence[Sequence[float]], golds: Sequence[int],
     kept = [m for m in nll if m != "none" and nll[m] < nll["none"]
             and (m == "temperature" or "temperature" not in nll or nll[m] < nll["temperature"])]
     best = min(kept, key=lambda m: nll[m], default="none")
+    params = fit_method(best, kind, raw, golds)
     note = "" if kept else "no method improved the held-out NLL"
-    return KindFit(kind, best, fit_method(best, kind, raw, golds), len(raw), nll, answers[best],
-                   note)
+    if best == "temperature" and not T_RANGE[0] * 1.01 < params["temperature"] < T_RANGE[1] / 1.01:
+        note = ("temperature at the end of its range: the answers carry almost no signal"
+                if params["temperature"] > 1 else "temperature at the end of its range")
+    return KindFit(kind, best, params, len(raw), nll, answers[best], note)
 
 
 @dataclass(frozen=True)
@@ -246,11 +253,12 @@ class ThresholdChoice:
     count: int
 
 
-def choose_threshold(probs: Sequence[Sequence[float]], golds: Sequence[int], target: float
-                     ) -> ThresholdChoice:
-    """The smallest top probability t whose answers at or above it reach ``target`` accuracy."""
+def choose_threshold(probs: Sequence[Sequence[float]], golds: Sequence[int], target: float,
+                     min_count: int = MIN_AUTOMATED) -> ThresholdChoice:
+    """The smallest top probability t such that the (at least ``min_count``) answers at or
+    above it reach ``target`` accuracy."""
     for point in coverage_curve(probs, golds):
-        if point.accuracy >= target:
+        if point.accuracy >= target and point.count >= min_count:
             return ThresholdChoice(target, point.threshold, point.coverage, point.accuracy,
                                    point.count)
     return ThresholdChoice(target, None, 0.0, None, 0)
@@ -277,7 +285,8 @@ class CalibrationFit:
 
 def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("temperature",
                     "platt", "isotonic"), folds: int = 5, seed: int = 0,
-                    target_accuracy: float = 0.95) -> CalibrationFit:
+                    target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED
+                    ) -> CalibrationFit:
     """Fit every question type present, then choose the threshold on the held-out answers."""
     if folds < 2:
         raise ValueError("cross-validation needs at least 2 folds")
@@ -298,6 +307,7 @@ def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("tem
         for j, i in enumerate(idx):
             after[i] = fit.after[j]
     golds = [item.gold for item in items]
-    return CalibrationFit(kinds, choose_threshold(after, golds, target_accuracy), golds,
+    threshold = choose_threshold(after, golds, target_accuracy, min_automated)
+    return CalibrationFit(kinds, threshold, golds,
                           [list(item.probabilities) for item in items], after,
                           [item.kind for item in items])

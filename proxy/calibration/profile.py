@@ -10,7 +10,7 @@ A profile is ``config/calibration/NAME.json`` (any directory may be passed):
                      "noul": {"method": "platt", "params": {"a": 0.4, "b": -0.2}, ...},
                      "score": {"method": "isotonic", "params": {"x": [...], "y": [...]}, ...}},
      "threshold": {"target_accuracy": 0.95, "threshold": 0.91 | null, "coverage": 0.4,
-                   "accuracy": 0.96 | null},
+                   "accuracy": 0.96 | null, "count": 150, "min_count": 10},
      "metrics": {"before": {"all": {...}, "choice": {...}}, "after": {...}}}
 
 ``threshold: null`` means no threshold reached the target accuracy on held-out
@@ -21,7 +21,7 @@ themselves are described in ``transform.py``.
 Errors (all ``ValueError``s, so a route can answer 400):
 
     ProfileError
-    ├── InvalidProfileName   the name is not [A-Za-z0-9_.-]+ (or starts with a dot)
+    ├── InvalidProfileName   the name is not [A-Za-z0-9_.-]+, starts with a dot, or is "none"
     ├── ProfileNotFound      no such file
     ├── ProfileInvalid       the file is not a valid profile
     └── ProfileMismatch      fitted for another model or prompt format version
@@ -43,6 +43,7 @@ __all__ = [
     "PROFILE_FORMAT",
     "DEFAULT_DIR",
     "NAME_PATTERN",
+    "RESERVED_NAMES",
     "DEBIAS_MODES",
     "ProfileError",
     "InvalidProfileName",
@@ -63,6 +64,7 @@ __all__ = [
 PROFILE_FORMAT = 1
 DEFAULT_DIR = Path("config/calibration")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+RESERVED_NAMES = frozenset({"none"})  # a request's "calibration": "none" means no profile
 DEBIAS_MODES = (None, "cyclic")
 _KINDS = ("choice", "score", "noul")
 
@@ -104,6 +106,8 @@ class Threshold:
     threshold: float | None  # None: the target was not reached; everything goes to review
     coverage: float
     accuracy: float | None = None
+    count: int = 0  # held-out answers at or above the threshold
+    min_count: int = 0  # the fewest held-out answers a threshold had to be backed by
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,8 @@ class Profile:
                 "threshold": self.threshold.threshold,
                 "coverage": self.threshold.coverage,
                 "accuracy": self.threshold.accuracy,
+                "count": self.threshold.count,
+                "min_count": self.threshold.min_count,
             },
             "metrics": dict(self.metrics),
         }
@@ -204,11 +210,19 @@ def _from_json(data: Any) -> Profile:
             raise ProfileInvalid(f"calibration: unknown question type {kind!r}")
         calibration[kind] = _kind_calibration(kind, raw)
     t = data["threshold"]
+    if "threshold" not in t:
+        raise ProfileInvalid("threshold.threshold is missing (null if the target was not reached)")
+
+    def share(key: str) -> float | None:
+        return None if t.get(key) is None else _number(t[key], f"threshold.{key}", lo=0, hi=1)
+
     threshold = Threshold(
         _number(t["target_accuracy"], "threshold.target_accuracy", lo=0, hi=1),
-        None if t["threshold"] is None else _number(t["threshold"], "threshold.threshold", lo=0, hi=1),
+        share("threshold"),
         _number(t["coverage"], "threshold.coverage", lo=0, hi=1),
-        None if t.get("accuracy") is None else _number(t["accuracy"], "threshold.accuracy", lo=0, hi=1),
+        share("accuracy"),
+        int(_number(t.get("count", 0), "threshold.count", lo=0)),
+        int(_number(t.get("min_count", 0), "threshold.min_count", lo=0)),
     )
     if data.get("debias") not in DEBIAS_MODES:
         raise ProfileInvalid(f"debias must be null or \"cyclic\", got {data.get('debias')!r}")
@@ -225,13 +239,15 @@ def _from_json(data: Any) -> Profile:
 
 
 def profile_path(name: str, directory: Path | str = DEFAULT_DIR) -> Path:
-    """``directory/NAME.json``; a name that is not [A-Za-z0-9_.-]+, or that starts with a dot,
-    is refused, so no name reaches outside the directory."""
+    """``directory/NAME.json``; a name that is not [A-Za-z0-9_.-]+, that starts with a dot or
+    that is reserved ("none") is refused, so no name reaches outside the directory."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or name.startswith("."):
         raise InvalidProfileName(
             f"invalid calibration profile name {name!r}: use letters, digits, '_', '.', '-' "
             "(not starting with '.')"
         )
+    if name.lower() in RESERVED_NAMES:
+        raise InvalidProfileName(f"{name!r} is reserved (it asks for no calibration)")
     return Path(directory) / f"{name}.json"
 
 
@@ -255,7 +271,8 @@ def save(profile: Profile, directory: Path | str = DEFAULT_DIR) -> Path:
     path = profile_path(profile.name, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(profile.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    text = json.dumps(profile.to_json(), indent=2, allow_nan=False) + "\n"
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path
 

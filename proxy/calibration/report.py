@@ -14,14 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .fit import CalibrationFit
-from .metrics import (
-    coverage_curve,
-    position_shares,
-    reliability_bins,
-    summary,
-    top_index,
-    top_probability,
-)
+from .metrics import coverage_curve, position_shares, reliability_bins, top_index, top_probability
 from .profile import Profile
 
 __all__ = ["REPORT_THRESHOLDS", "report_paths", "write_report", "reliability_figure",
@@ -66,13 +59,14 @@ def reliability_figure(fit: CalibrationFit, path: Path) -> None:
     _save(fig, path)
 
 
-def coverage_figure(fit: CalibrationFit, path: Path, target: float, threshold: float | None) -> None:
+def coverage_figure(fit: CalibrationFit, path: Path, target: float, threshold: float | None
+                    ) -> None:
     """Accuracy of the automated answers against the share automated, before and after."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
     for label, probs in (("before", fit.before), ("after (held out)", fit.after)):
-        curve = coverage_curve(probs, fit.golds)
-        ax.step([p.coverage for p in curve], [p.accuracy for p in curve], where="post", label=label)
+        curve = coverage_curve(probs, fit.golds)[::-1]  # coverage ascending
+        ax.plot([p.coverage for p in curve], [p.accuracy for p in curve], label=label)
     ax.axhline(target, color="0.5", linestyle=":", label=f"target accuracy {target:g}")
     if threshold is not None:
         chosen = fit.threshold
@@ -98,25 +92,34 @@ def _rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def _at_threshold(probs: Sequence[Sequence[float]], golds: Sequence[int], t: float) -> list[str]:
     picked = [(p, g) for p, g in zip(probs, golds) if top_probability(p) >= t]
     acc = sum(top_index(p) == g for p, g in picked) / len(picked) if picked else None
-    return [f"{len(picked) / len(golds):.0%}", _f(acc)]
+    return [f"{len(picked) / len(golds):.1%} ({len(picked)})", _f(acc)]
 
 
 def _position_section(plain: CalibrationFit, debiased: CalibrationFit) -> list[str]:
-    n = min(len(_POSITIONS), max(len(p) for p in plain.before))
-    rows = [["gold answers", *(f"{s:.0%}" for s in position_shares(plain.golds, n))]]
-    for label, fit in (("without debiasing", plain), ("with cyclic debiasing", debiased)):
-        shares = position_shares([top_index(p) for p in fit.before], n)
-        rows.append([label, *(f"{s:.0%}" for s in shares)])
+    width = min(len(_POSITIONS), max(len(p) for p in plain.before))
+    rows = []
+    for kind in plain.kinds:
+        idx = [i for i, k in enumerate(plain.item_kinds) if k == kind]
+        n = min(width, max(len(plain.before[i]) for i in idx))
+        for label, positions in (
+            ("gold answers", [plain.golds[i] for i in idx]),
+            ("without debiasing", [top_index(plain.before[i]) for i in idx]),
+            ("with cyclic debiasing", [top_index(debiased.before[i]) for i in idx]),
+        ):
+            shares = position_shares(positions, width)
+            rows.append([kind, label, *(f"{x:.0%}" if j < n else "" for j, x in enumerate(shares))])
     lines = ["## Position bias", "",
-             "Share of answers whose choice was shown at each position (noul: A is yes).", "",
-             *_rows(["", *_POSITIONS[:n]], rows), "",
+             "Share of answers whose choice was shown at each position (noul: A is yes, B no).", "",
+             *_rows(["type", "", *_POSITIONS[:width]], rows), "",
              "Same items, same held-out folds:", ""]
     metric_rows = []
     for label, fit in (("without debiasing", plain), ("with cyclic debiasing", debiased)):
-        b, a = summary(fit.before, fit.golds), summary(fit.after, fit.golds)
-        metric_rows.append([label, _f(b["accuracy"]), _f(a["accuracy"]), _f(b["ece"]), _f(a["ece"]),
-                            _f(b["nll"]), _f(a["nll"])])
-    return [*lines, *_rows(["reads", "accuracy raw", "accuracy calibrated", "ECE raw",
+        before, after = fit.metrics("before"), fit.metrics("after")
+        for scope in before:
+            b, a = before[scope], after[scope]
+            metric_rows.append([scope, label, _f(b["accuracy"]), _f(a["accuracy"]), _f(b["ece"]),
+                                _f(a["ece"]), _f(b["nll"]), _f(a["nll"])])
+    return [*lines, *_rows(["scope", "reads", "accuracy raw", "accuracy calibrated", "ECE raw",
                             "ECE calibrated", "NLL raw", "NLL calibrated"], metric_rows), ""]
 
 
@@ -148,13 +151,15 @@ def markdown(profile: Profile, fit: CalibrationFit, paths: dict[str, Path],
     lines += _rows(["scope", "n", "accuracy", "ECE", "Brier", "NLL"], metric_rows)
     lines += ["", "## Automation threshold", ""]
     if t.threshold is None:
-        lines.append(f"No threshold reaches the target accuracy {t.target_accuracy:g} on held-out "
-                     "answers: the profile records `threshold: null` and routes every answer "
-                     "to review.")
+        lines.append(f"No threshold backed by at least {t.min_count} held-out answers reaches the "
+                     f"target accuracy {t.target_accuracy:g}: the profile records "
+                     "`threshold: null` and routes every answer to review.")
     else:
         lines.append(f"Target accuracy {t.target_accuracy:g}: automate answers whose calibrated "
                      f"top probability is at least **{t.threshold:.4f}**; held out, that covers "
-                     f"{t.coverage:.1%} of the answers at accuracy {_f(t.accuracy)}.")
+                     f"{t.coverage:.1%} of the answers ({t.count}) at accuracy {_f(t.accuracy)} "
+                     f"(thresholds backed by fewer than {t.min_count} answers were not "
+                     "considered).")
     lines += ["", f"![coverage vs accuracy]({paths['coverage'].name})", "",
               *_rows(["threshold", "coverage before", "accuracy before", "coverage after",
                       "accuracy after"],

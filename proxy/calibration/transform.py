@@ -12,6 +12,8 @@ and returns a new one that sums to 1.
   choice and score: the top probability p becomes q = f(p) and the other
   options are rescaled by (1 - q) / (1 - p), keeping their ratios. q is raised
   to the value at which the runner-up would tie, so the choice never changes.
+  (f is fitted on the top probability of every answer of the type, whatever
+  its number of options.)
 """
 
 from __future__ import annotations
@@ -97,17 +99,19 @@ def isotonic_map(x: float, knots_x: Sequence[float], knots_y: Sequence[float]) -
 def isotonic_scale(
     probs: Sequence[float], kind: str, knots_x: Sequence[float], knots_y: Sequence[float]
 ) -> list[float]:
-    """noul: [f(P(true)), 1 - f(P(true))]. choice/score: top p -> q = max(f(p), p2 / (1 - p + p2))
-    (p2 the runner-up; below that bound the runner-up would overtake), others times (1-q)/(1-p)."""
+    """noul: [f(P(true)), 1 - f(P(true))]. choice/score: the top p becomes
+    q = max(f(p), p2 / (R + p2)) and the others are multiplied by (1 - q) / R (R their sum,
+    p2 the runner-up: below that bound it would overtake); if R = 0 they share 1 - q
+    evenly and q is at least 1/n."""
     if kind == "noul":
         q = isotonic_map(probs[0], knots_x, knots_y)
         return [q, 1.0 - q]
     best = top_index(probs)
-    p = probs[best]
     rest = [x for i, x in enumerate(probs) if i != best]
-    runner_up = max(rest, default=0.0)
-    q = min(1.0, max(isotonic_map(p, knots_x, knots_y), runner_up / (1.0 - p + runner_up)))
     rest_total = math.fsum(rest)
+    # the runner-up p2 becomes p2 (1 - q) / R (R the others' sum): it ties q at q = p2 / (R + p2)
+    floor = max(rest) / (rest_total + max(rest)) if rest_total > 0 else 1.0 / len(probs)
+    q = min(1.0, max(isotonic_map(probs[best], knots_x, knots_y), floor))
     if rest_total > 0:
         scale = (1.0 - q) / rest_total
         out = [q if i == best else x * scale for i, x in enumerate(probs)]
@@ -117,7 +121,8 @@ def isotonic_scale(
     return _keep_choice(probs, out)
 
 
-def calibrate(method: str, params: Mapping[str, Any], kind: str, probs: Sequence[float]) -> list[float]:
+def calibrate(method: str, params: Mapping[str, Any], kind: str, probs: Sequence[float]
+              ) -> list[float]:
     """Apply one fitted method (see the module docstring) to one answer."""
     if not probs:
         raise ValueError("no probabilities")

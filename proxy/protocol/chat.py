@@ -22,6 +22,9 @@ def semif_object(outcome: Outcome) -> dict[str, Any]:
     answer["label_mass"] = decision.label_mass
     answer["labels"] = dict(zip(decision.question.names, outcome.labels))
     answer["reads"] = outcome.reads
+    if outcome.calibration is not None:
+        answer["calibration"] = outcome.calibration
+        answer["route"] = outcome.route
     answer["prompt_format_version"] = PROMPT_FORMAT_VERSION
     return answer
 

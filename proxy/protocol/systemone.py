@@ -126,6 +126,9 @@ def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
         answer = system_one_answer(outcome.decision)
         answer["x_label_mass"] = outcome.decision.label_mass
         answer["x_reads"] = outcome.reads
+        if outcome.calibration is not None:
+            answer["x_calibration"] = outcome.calibration
+            answer["x_route"] = outcome.route
         answer["x_prompt_format_version"] = PROMPT_FORMAT_VERSION
         answers[qid] = answer
     return {

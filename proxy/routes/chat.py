@@ -5,9 +5,10 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from ..app_keys import KIND, SERVICE, UPSTREAM
+from ..app_keys import KIND, PROFILES, SERVICE, UPSTREAM
 from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunk
+from ..profiles import calibrate, debias_for
 from ..protocol.semif import parse_semif, refuse_incompatible
 from .common import json_object, json_response, relay
 
@@ -26,9 +27,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if not isinstance(stream, bool):
         raise InvalidRequest("stream must be a boolean", param="stream")
     model = body.get("model") if isinstance(body.get("model"), str) else None
-    outcome = await request.app[SERVICE].decide(
-        body["messages"], call.question, body.get("chat_template_kwargs"), debias=call.debias
-    )
+    service, store = request.app[SERVICE], request.app[PROFILES]
+    profile = store.select(call.calibration, param="semif.calibration")
+    if profile is not None:
+        store.check(profile, (await service.model()).id, param="semif.calibration")
+    outcome = calibrate(profile, await service.decide(
+        body["messages"], call.question, body.get("chat_template_kwargs"),
+        debias=debias_for(profile, call.question, call.debias),
+    ))
     if not stream:
         return json_response(completion_body(outcome, model))
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",

@@ -10,8 +10,9 @@ from pathlib import PurePath
 
 from aiohttp import web
 
-from ..app_keys import KIND, SERVICE, SETTINGS, UPSTREAM
+from ..app_keys import KIND, PROFILES, SERVICE, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
+from ..profiles import calibrate, debias_for
 from ..protocol.systemone import DEFAULT_MODEL, parse_request, response_body
 from ..upstream import ModelInfo
 from .common import json_object, json_response, relay
@@ -50,5 +51,12 @@ async def system_one(request: web.Request) -> web.StreamResponse:
             "msg": f"unknown model {call.model!r}; this server answers as {accepted}",
             "type": "value_error",
         }])
-    outcomes = await service.decide_many(call.state_text, call.questions, debias=call.debias)
-    return json_response(response_body(call.model or DEFAULT_MODEL, outcomes))
+    store = request.app[PROFILES]
+    profile = store.select(call.calibration, param="x_calibration")
+    if profile is not None:
+        store.check(profile, info.id, param="x_calibration")
+    debias = {qid: debias_for(profile, q, call.debias.get(qid, ()))
+              for qid, q in call.questions.items()}
+    outcomes = await service.decide_many(call.state_text, call.questions, debias=debias)
+    calibrated = {qid: calibrate(profile, outcome) for qid, outcome in outcomes.items()}
+    return json_response(response_body(call.model or DEFAULT_MODEL, calibrated))

@@ -294,7 +294,8 @@ def tickets(rng: random.Random) -> list[dict]:
                 instructions = TICKET_INSTRUCTIONS[(i + 2 * rep) % 3]
                 if instructions:
                     q["instructions"] = instructions
-                out.append({"state": _fill(template, rng, "team"), "questions": {"team": q}, "gold": team})
+                out.append({"state": _fill(template, rng, "team"), "questions": {"team": q},
+                            "gold": team})
     return out
 
 
@@ -306,8 +307,8 @@ def sentiment(rng: random.Random) -> list[dict]:
             for template in templates:
                 q = {"type": "choice", "instructions": "What is the sentiment of this review?",
                      "criteria": _shuffled(choice, rng)}
-                out.append({"state": _fill(template, rng, "sentiment"), "questions": {"sentiment": q},
-                            "gold": label})
+                out.append({"state": _fill(template, rng, "sentiment"),
+                            "questions": {"sentiment": q}, "gold": label})
     levels = ["unhappy", "neither happy nor unhappy", "happy"]
     for rep in range(2):
         for gold, templates in ((0, NEGATIVE), (1, NEUTRAL), (2, POSITIVE)):

@@ -1,5 +1,9 @@
 """Cyclic debiasing: an option's probability stops depending on where it is shown."""
 
+import json
+from collections import Counter
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -37,3 +41,22 @@ def test_chat_semif_debias_reports_its_reads(proxy_url):
     semif = httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=60).json()["semif"]
     assert semif["reads"] == 2
     assert sum(semif["probabilities"].values()) == pytest.approx(1, abs=1e-9)
+
+
+def test_position_preference_falls_on_the_labelled_tickets(proxy_url):
+    """SmolLM2 picks one position (B, in this layout) for nearly every ticket; the
+    share of answers at the most favoured position must fall once debiased."""
+    lines = (Path(__file__).resolve().parents[1] / "data" / "tickets.jsonl").read_text().splitlines()
+    items = [json.loads(line) for line in lines[:12]]
+    picks = {"plain": Counter(), "cyclic": Counter()}
+    for item in items:
+        (qid, question), = item["questions"].items()
+        order = list(question["criteria"])
+        for mode, extra in (("plain", {}), ("cyclic", {"x_debias": "cyclic"})):
+            body = {"state": item["state"], "questions": item["questions"], **extra}
+            answer = httpx.post(proxy_url + "/v1/systemone", json=body, timeout=120).json()["answers"][qid]
+            picks[mode][order.index(answer["choice"])] += 1
+    top_plain = max(picks["plain"].values()) / len(items)
+    top_cyclic = max(picks["cyclic"].values()) / len(items)
+    assert top_plain >= 0.75, picks  # the bias is there to remove
+    assert top_cyclic < top_plain, picks

@@ -1,0 +1,80 @@
+"""What a benchmark ran on, recorded beside its figures: CPU, cores, memory,
+the llama-server build and flags, the model, and the exact command."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from _servers import ROOT
+
+from scripts.prepare import ensure_llama_server, ensure_model
+from scripts.stack import LLAMA_FLAGS
+
+__all__ = ["describe", "command_line", "rss_kb"]
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _mem_total_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return round(int(line.split()[1]) / 2**20, 1)
+    return 0.0
+
+
+def _llama_version(binary: Path) -> str:
+    env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
+    try:
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                             env=env, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    return " ".join((out.stdout + out.stderr).split())
+
+
+def describe() -> dict:
+    """The machine and the servers, as the benchmark's servers will be started."""
+    binary = Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
+    model = Path(os.environ.get("MODEL") or ensure_model())
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": _mem_total_gib(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "llama_server": str(binary),
+        "llama_server_version": _llama_version(binary),
+        "llama_server_flags": LLAMA_FLAGS,
+        "model": model.name,
+        "model_bytes": model.stat().st_size,
+    }
+
+
+def command_line() -> str:
+    """The command that is running, relative to the repository root."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        script = script.relative_to(ROOT)
+    except ValueError:
+        pass
+    return shlex.join([".venv/bin/python", str(script), *sys.argv[1:]])
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of a process (VmRSS from /proc/<pid>/status), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")

@@ -1,0 +1,88 @@
+"""Calibration profiles at serving time: pick, load, check, apply.
+
+A request names a profile (``semif.calibration`` / ``x_calibration``), or
+``"none"`` for none; otherwise the configured default applies. A profile
+fitted for another model or prompt format version is refused (400), never
+applied silently. Applying it is pure: new probabilities for the same
+question, from which the answer (choice, confidence, ...) is rebuilt, plus
+the route ("auto" above the profile's threshold, "review" otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from .calibration import profile as profiles
+from .decision.prompt import PROMPT_FORMAT_VERSION
+from .decision.debias import shifts
+from .decision.question import Question
+from .errors import InvalidRequest
+from .service import Outcome
+
+__all__ = ["ProfileStore", "ProfileRefused", "calibrate", "debias_for", "NO_PROFILE"]
+
+NO_PROFILE = "none"
+
+
+class ProfileRefused(InvalidRequest):
+    """A named profile that does not exist, is broken, or was fitted for something else."""
+
+    code = "calibration_profile"
+    is_validation = False
+
+
+class ProfileStore:
+    """Profiles from one directory, re-read when their file changes."""
+
+    def __init__(self, directory: str | Path, default: str | None = None):
+        self._dir = Path(directory)
+        self._default = default
+        self._cache: dict[str, tuple[float, profiles.Profile]] = {}
+
+    def select(self, requested: str | None, *, param: str) -> profiles.Profile | None:
+        """The profile a request asked for (or the default); ``None`` for none."""
+        name = requested if requested is not None else self._default
+        if name is None or name == NO_PROFILE:
+            return None
+        try:
+            path = profiles.profile_path(name, self._dir)
+            mtime = path.stat().st_mtime if path.exists() else -1.0
+            cached = self._cache.get(name)
+            if cached is None or cached[0] != mtime:
+                self._cache[name] = (mtime, profiles.load(name, self._dir))
+            return self._cache[name][1]
+        except profiles.ProfileError as err:
+            raise ProfileRefused(str(err), param=param) from err
+
+    @staticmethod
+    def check(profile: profiles.Profile, model: str, *, param: str) -> None:
+        try:
+            profiles.check_compatible(profile, model, PROMPT_FORMAT_VERSION)
+        except profiles.ProfileMismatch as err:
+            raise ProfileRefused(str(err), param=param) from err
+
+
+def debias_for(profile: profiles.Profile | None, question: Question,
+               requested: Sequence[int]) -> tuple[int, ...]:
+    """The shifts to read: the request's, else all when the profile was fitted debiased."""
+    if requested or profile is None or profile.debias != "cyclic" or question.kind == "score":
+        return tuple(requested)
+    return tuple(shifts(len(question.names)))
+
+
+def calibrate(profile: profiles.Profile | None, outcome: Outcome) -> Outcome:
+    """The outcome with calibrated probabilities, its argmax, the method and the route."""
+    if profile is None:
+        return outcome
+    decision = outcome.decision
+    kind = decision.question.kind
+    probs = tuple(profiles.apply(profile, kind, decision.probabilities))
+    best = max(range(len(probs)), key=lambda i: probs[i])
+    return replace(
+        outcome,
+        decision=replace(decision, probabilities=probs, best=best),
+        calibration={"profile": profile.name, "method": profile.method(kind)},
+        route=profiles.route(profile, probs),
+    )
