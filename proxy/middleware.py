@@ -25,7 +25,7 @@ __all__ = ["MIDDLEWARES", "OPEN_PATHS"]
 
 log = logging.getLogger("proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-OPEN_PATHS = frozenset({"/health", "/ping", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/openapi.json"})
 
 
 @web.middleware

@@ -43,6 +43,7 @@ _NOUL_CRITERIA = {"type": ["object", "null"], "additionalProperties": False,
 _SCORE_LEVELS = {"type": "array", "minItems": MIN_LEVELS, "maxItems": MAX_LEVELS, "items": {
     "anyOf": [{"type": "string", "minLength": 1}, {"type": ["object", "array"]}]}}
 _OPTIONS = {"choice": _CHOICE_OPTIONS, "noul": _NOUL_CRITERIA, "score": _SCORE_LEVELS}
+_REQUIRED = {"choice": ["options"], "noul": ["type"], "score": ["type", "options"]}  # semif
 
 
 def _ref(name: str) -> Schema:
@@ -87,7 +88,7 @@ def _semif() -> Schema:
         props["type"] = {"const": kind, "default": "choice"}
         props["options"] = options
         props["temperature"] = {"type": "number", "exclusiveMinimum": 0, "default": 1.0}
-        variant["required"] = {"choice": ["options"], "noul": ["type"], "score": ["type", "options"]}[kind]
+        variant["required"] = _REQUIRED[kind]
         variant["title"] = f"Semif{kind.title()}"
         variants.append(variant)
     return {"oneOf": variants}
@@ -98,6 +99,8 @@ def _request_schemas(schemas: dict[str, Schema]) -> None:
     text_part = _obj(("type", "text"), type={"const": "text"}, text={"type": "string"})
     schemas["Message"] = _obj(("role",), role={"type": "string"}, content={
         "anyOf": [{"type": ["string", "null"]}, {"type": "array", "items": text_part}]})
+    schemas["Message"]["anyOf"] = [{"required": ["content"]},  # llama-server's rule
+                                   {"properties": {"role": {"const": "assistant"}}}]
     schemas["ChatDecisionRequest"] = _obj(
         ("messages", "semif"),
         messages={"type": "array", "minItems": 1, "items": _ref("Message")},
@@ -113,15 +116,19 @@ def _request_schemas(schemas: dict[str, Schema]) -> None:
         ("messages",), semif={"type": "null"}, messages={"type": "array", "items": _ref("Message")},
         max_tokens={"type": "integer"}, stream={"type": "boolean"},
     )
-    schemas["ChatRequest"] = {"oneOf": [_ref("ChatDecisionRequest"), _ref("ChatPassThroughRequest")]}
+    schemas["ChatRequest"] = {
+        "oneOf": [_ref("ChatDecisionRequest"), _ref("ChatPassThroughRequest")]}
+    # The request models are private to their protocol modules; their schemas are public here.
     schemas["SystemOneRequest"] = s1 = _pydantic(systemone._Request, "SystemOne", schemas)
     s1["properties"]["state"] = {"type": ["string", "object", "array"]}
     for kind, criteria in _OPTIONS.items():
         schemas[f"SystemOne{kind.title()}"]["properties"]["criteria"] = criteria
     schemas["DecisionsRequest"] = _pydantic(decisions._Request, "Decisions", schemas)
+    schemas["DecisionsImage"]["description"] = "refused (400): this server reads text only"
     schemas["DecisionsChoice"]["properties"]["choices"].update(
         minItems=MIN_OPTIONS, maxItems=MAX_OPTIONS)
-    schemas["DecisionsScore"]["properties"]["levels"].update(minItems=MIN_LEVELS, maxItems=MAX_LEVELS)
+    schemas["DecisionsScore"]["properties"]["levels"].update(
+        minItems=MIN_LEVELS, maxItems=MAX_LEVELS)
 
 
 def _answers(schemas: dict[str, Schema]) -> None:
@@ -134,12 +141,14 @@ def _answers(schemas: dict[str, Schema]) -> None:
                       legend={"type": "object"}, probabilities=probs, confidence=_UNIT),
         "noul": _obj(("type", "noul"), type={"const": "noul"}, noul=_UNIT),
     }
-    facts = {"label_mass": {"type": "number", "minimum": 0}, "reads": {"type": "integer", "minimum": 1},
+    facts = {"label_mass": {"type": "number", "minimum": 0},
+             "reads": {"type": "integer", "minimum": 1},
              "prompt_format_version": {"const": PROMPT_FORMAT_VERSION}}
+    labels = {"type": "object", "additionalProperties": {"type": "string"}}
     chat, s1 = [], []
     for kind, answer in core.items():
         c, s = copy.deepcopy(answer), copy.deepcopy(answer)
-        c["properties"].update(facts, labels={"type": "object", "additionalProperties": {"type": "string"}})
+        c["properties"].update(facts, labels=labels)
         c["required"] += [*facts, "labels"] + (["probabilities"] if kind == "noul" else [])
         if kind == "noul":
             c["properties"]["probabilities"] = probs
@@ -156,8 +165,9 @@ def _response_schemas(schemas: dict[str, Schema]) -> None:
     schemas["ChatCompletion"] = _obj(
         ("object", "choices"), id={"type": "string"}, object={"const": "chat.completion"},
         created={"type": "integer"}, model={"type": "string"}, usage={"type": "object"},
-        choices={"type": "array", "items": _obj(("index",), index=_COUNT, message={"type": "object"},
-                                                finish_reason={"type": ["string", "null"]})},
+        choices={"type": "array", "items": _obj(
+            ("index",), index=_COUNT, message={"type": "object"},
+            finish_reason={"type": ["string", "null"]})},
         semif=_ref("SemifAnswer"),
     )
     schemas["SystemOneResponse"] = _obj(
@@ -168,10 +178,12 @@ def _response_schemas(schemas: dict[str, Schema]) -> None:
     name = {"type": ["string", "null"]}
     value = {"type": ["string", "boolean"]}
     schemas["DecisionsAnswer"] = {"oneOf": [
-        _obj(("type", "name", "probability"), type={"const": "predicate"}, name=name, probability=_UNIT),
+        _obj(("type", "name", "probability"), type={"const": "predicate"}, name=name,
+             probability=_UNIT),
         _obj(("type", "name", "choice", "confidence", "probabilities"), type={"const": "choice"},
-             name=name, choice=value, confidence=_UNIT, probabilities={"type": "array", "items": _obj(
-                 ("value", "probability"), value=value, probability=_UNIT)}),
+             name=name, choice=value, confidence=_UNIT, probabilities={
+                 "type": "array",
+                 "items": _obj(("value", "probability"), value=value, probability=_UNIT)}),
         _obj(("type", "name", "score", "confidence", "probabilities"), type={"const": "score"},
              name=name, score={"type": "number", "minimum": 0}, confidence=_UNIT,
              probabilities={"type": "array", "items": _obj(
@@ -194,9 +206,10 @@ def _response_schemas(schemas: dict[str, Schema]) -> None:
     schemas["OpenAIError"] = _obj(("error",), error=_obj(
         ("message", "type"), message={"type": "string"}, type={"type": "string"},
         param={"type": ["string", "null"]}, code={"type": ["string", "integer", "null"]}))
-    schemas["ValidationError"] = _obj(("detail",), detail={"type": "array", "minItems": 1, "items": _obj(
-        ("loc", "msg", "type"), loc={"type": "array", "items": {"type": ["string", "integer"]}},
-        msg={"type": "string"}, type={"type": "string"})})
+    schemas["ValidationError"] = _obj(("detail",), detail={
+        "type": "array", "minItems": 1, "items": _obj(
+            ("loc", "msg", "type"), loc={"type": "array", "items": {"type": ["string", "integer"]}},
+            msg={"type": "string"}, type={"type": "string"})})
     schemas["DetailError"] = _obj(("detail",), detail={"type": "string"})
 
 
@@ -232,6 +245,12 @@ _WHY = {
 }
 
 
+# Pass-through answers keep llama-server's status and body, its 500s included
+# (e.g. for message parts it cannot parse); the proxy itself never answers 500.
+_RELAYED_500 = {"500": _response("pass-through only: llama-server's own error, relayed unchanged",
+                                 _json({"type": "object"}))}
+
+
 def _errors(codes: str, shape: Schema) -> dict[str, Schema]:
     return {c: _response(_WHY[c], _json(shape), retry_after=c in ("429", "503"))
             for c in codes.split()}
@@ -250,7 +269,8 @@ def _operation(summary: str, ok: Schema, errors: dict[str, Schema],
 def _paths() -> dict[str, Schema]:
     oa, detail, invalid = _ref("OpenAIError"), _ref("DetailError"), _ref("ValidationError")
     either = {"anyOf": [oa, detail]}
-    answer = {"anyOf": [_ref("ChatCompletion"), _ref("SystemOneResponse"), _ref("DecisionsResponse")]}
+    answer = {"anyOf": [_ref(name) for name in
+                        ("ChatCompletion", "SystemOneResponse", "DecisionsResponse")]}
     passthrough = "llama-server's answer, unchanged"
     status = _obj(("status",), status={"type": "string"})
     return {
@@ -259,11 +279,11 @@ def _paths() -> dict[str, Schema]:
             "through to llama-server (streaming too)",
             _response("a chat.completion (with ``semif``) or one chunk and [DONE] when streaming",
                       {**_json(_ref("ChatCompletion")), **_EVENTS}),
-            _errors("400 401 413 429 502 503 504", oa), _ref("ChatRequest"))},
+            {**_errors("400 401 413 429 502 503 504", oa), **_RELAYED_500}, _ref("ChatRequest"))},
         "/v1/systemone": {"post": _operation(
             "System One: questions about one state, answered from the served chat model",
             _response("one answer per question id", _json(_ref("SystemOneResponse"))),
-            {**_errors("422", invalid), **_errors("401 413 429 502 503 504", detail)},
+            {**_errors("422", invalid), **_errors("400 401 413 429 502 503 504", detail)},
             _ref("SystemOneRequest"))},
         "/v1/decisions": {"post": _operation(
             "OpenAI Decisions: questions about one input, answered in order",
@@ -272,8 +292,8 @@ def _paths() -> dict[str, Schema]:
         "/invocations": {"post": _operation(
             "SageMaker: any body of the three routes above, told apart by its fields",
             _response("the answer of the route the body belongs to", {**_json(answer), **_EVENTS}),
-            {**_errors("400 401 413", oa), **_errors("422", invalid),
-             **_errors("429 502 503 504", either)},
+            {**_errors("401 413", oa), **_errors("422", invalid),
+             **_errors("400 429 502 503 504", either), **_RELAYED_500},
             {"anyOf": [_ref("ChatRequest"), _ref("SystemOneRequest"), _ref("DecisionsRequest")]})},
         "/v1/models": {"get": _operation(
             "llama-server's model list plus the System One names this server answers to",
@@ -281,12 +301,12 @@ def _paths() -> dict[str, Schema]:
         "/v1/completions": {"post": _operation(
             "passed through to llama-server", _response(passthrough, {**_json({"type": "object"}),
                                                                       **_EVENTS}),
-            _errors("400 401 413 502 503 504", oa),
+            {**_errors("400 401 413 502 503 504", oa), **_RELAYED_500},
             _obj(("prompt",), prompt={"type": ["string", "array"]}, max_tokens={"type": "integer"},
                  stream={"type": "boolean"}))},
         "/v1/embeddings": {"post": _operation(
             "passed through to llama-server", _response(passthrough, _json({"type": "object"})),
-            _errors("400 401 413 501 502 503 504", oa),
+            {**_errors("400 401 413 501 502 503 504", oa), **_RELAYED_500},
             _obj(("input",), input={"type": ["string", "array"]}))},
         "/health": {"get": _operation(
             "whether llama-server is ready", _response("ready", _json(status)),

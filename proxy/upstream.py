@@ -90,7 +90,9 @@ class Upstream:
             if settings.upstream_api_key else {}
         )
         self._session = session or aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=settings.max_connections),
+            # llama-server closes idle connections after 5 s; drop ours before it does,
+            # or a request can be written into a connection that is closing.
+            connector=aiohttp.TCPConnector(limit=settings.max_connections, keepalive_timeout=4),
             json_serialize=lambda o: orjson.dumps(o).decode(),
             skip_auto_headers=("User-Agent",),
         )
@@ -216,18 +218,25 @@ class Upstream:
         return await self._request_json("POST", path, body)
 
     async def _request_json(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
-        try:
-            with upstream_timer():
-                async with self._session.request(
-                    method, self._base + path,
-                    data=None if body is None else orjson.dumps(body),
-                    headers={"Content-Type": "application/json", **self._auth},
-                    timeout=self._timeout,
-                ) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-        except Exception as exc:  # noqa: BLE001
-            raise self._translate(exc) from exc
+        data = None if body is None else orjson.dumps(body)
+        for attempt in (1, 2):
+            try:
+                with upstream_timer():
+                    async with self._session.request(
+                        method, self._base + path, data=data,
+                        headers={"Content-Type": "application/json", **self._auth},
+                        timeout=self._timeout,
+                    ) as resp:
+                        raw = await resp.read()
+                        status = resp.status
+                break
+            except aiohttp.ServerDisconnectedError as exc:
+                # A pooled connection the server closed as we wrote: these calls only
+                # read, so sending again once on a fresh connection is safe.
+                if attempt == 2:
+                    raise self._translate(exc) from exc
+            except Exception as exc:  # noqa: BLE001
+                raise self._translate(exc) from exc
         if status != 200:
             raise self._status_error(status, raw, path)
         try:

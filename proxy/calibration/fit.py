@@ -3,8 +3,9 @@
 For each question type separately: split the items into k folds (fixed by a
 seed), fit each candidate method on k-1 folds and apply it to the fold left
 out, so every item gets a held-out calibrated answer. A method is kept only if
-its held-out NLL beats the uncalibrated answers; Platt and isotonic must also
-beat plain temperature scaling when that was tried. The best kept method is
+its held-out NLL beats the uncalibrated answers and its held-out ECE is no
+worse than theirs; Platt and isotonic must also beat plain temperature scaling
+on NLL when that was tried. The best kept method is
 then fitted on all items of that type.
 
 The automation threshold is chosen on the held-out calibrated answers of all
@@ -22,7 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .metrics import coverage_curve, negative_log_likelihood, summary, top_index, top_probability
+from .metrics import (
+    coverage_curve,
+    expected_calibration_error,
+    negative_log_likelihood,
+    summary,
+    top_index,
+    top_probability,
+)
 from .transform import PROBABILITY_FLOOR, calibrate, logit, sigmoid
 
 __all__ = [
@@ -233,11 +241,12 @@ def fit_kind(kind: str, probs: Sequence[Sequence[float]], golds: Sequence[int],
             continue
         answers[method] = held_out(method, kind, raw, golds, folds)
         nll[method] = negative_log_likelihood(answers[method], golds)
-    kept = [m for m in nll if m != "none" and nll[m] < nll["none"]
+    ece = {m: expected_calibration_error(a, golds) for m, a in answers.items()}
+    kept = [m for m in nll if m != "none" and nll[m] < nll["none"] and ece[m] <= ece["none"]
             and (m == "temperature" or "temperature" not in nll or nll[m] < nll["temperature"])]
     best = min(kept, key=lambda m: nll[m], default="none")
     params = fit_method(best, kind, raw, golds)
-    note = "" if kept else "no method improved the held-out NLL"
+    note = "" if kept else "no method improved the held-out NLL without worsening the ECE"
     if best == "temperature" and not T_RANGE[0] * 1.01 < params["temperature"] < T_RANGE[1] / 1.01:
         note = ("temperature at the end of its range: the answers carry almost no signal"
                 if params["temperature"] > 1 else "temperature at the end of its range")

@@ -40,16 +40,16 @@ class Decision:
 
 def normalise(logprobs: Sequence[float], temperature: float = 1.0) -> list[float]:
     """Softmax of the label log-probabilities divided by the temperature:
-    p_i = exp(l_i / T) / sum_j exp(l_j / T), computed shifted by max_j l_j / T."""
+    p_i = exp(l_i / T) / sum_j exp(l_j / T), computed as exp((l_i - max_j l_j) / T)."""
     if not logprobs:
         raise ValueError("no log-probabilities")
     if not temperature > 0 or not math.isfinite(temperature):
         raise ValueError("temperature must be a positive finite number")
-    scaled = [lp / temperature for lp in logprobs]
-    top = max(scaled)
+    top = max(logprobs)
     if not math.isfinite(top):
         raise ValueError("every label has zero probability")
-    weights = [math.exp(s - top) for s in scaled]
+    # shift before dividing: a tiny temperature then sharpens instead of overflowing
+    weights = [math.exp((lp - top) / temperature) for lp in logprobs]
     total = math.fsum(weights)
     return [w / total for w in weights]
 
@@ -84,7 +84,8 @@ def decide(question: Question, logprobs: Sequence[float]) -> Decision:
     if len(logprobs) != len(question.names):
         raise ValueError("one log-probability per option")
     probs = normalise(logprobs, question.temperature)
-    best = max(range(len(probs)), key=lambda i: probs[i])
+    # from the log-probabilities, first on ties: no temperature or rounding can move it
+    best = max(range(len(logprobs)), key=lambda i: logprobs[i])
     return Decision(question, tuple(probs), label_mass(logprobs), best)
 
 

@@ -79,9 +79,10 @@ def parse_semif(raw: object) -> SemifCall:
 def refuse_incompatible(body: dict[str, Any]) -> None:
     """Fields that cannot be honoured by a one-token decision read are refused, not ignored."""
     n = body.get("n")
-    if n is not None and n != 1:
+    if n is not None and (isinstance(n, bool) or n != 1):
         raise InvalidRequest("semif answers one choice; n must be 1", param="n")
-    if body.get("tools"):
+    tools = body.get("tools")
+    if tools is not None and tools != []:
         raise InvalidRequest("semif cannot be combined with tools", param="tools")
     if body.get("response_format") is not None:
         raise InvalidRequest(
@@ -91,10 +92,34 @@ def refuse_incompatible(body: dict[str, Any]) -> None:
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages must be a non-empty list", param="messages")
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise InvalidRequest(
-                "each message must be an object with a string role", param=f"messages.{i}"
-            )
+        _check_message(message, f"messages.{i}")
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InvalidRequest("chat_template_kwargs must be an object", param="chat_template_kwargs")
+
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+def _check_message(message: object, param: str) -> None:
+    """A message a decision read can lay out: a known role, text content (a string,
+    null, or text parts) and, if present, a list of tool calls."""
+    role = message.get("role") if isinstance(message, dict) else None
+    if not isinstance(role, str) or role not in _ROLES:
+        raise InvalidRequest(
+            f"each message must be an object with a role among {sorted(_ROLES)}", param=param
+        )
+    content = message.get("content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if not (isinstance(part, dict) and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)):
+                raise InvalidRequest(
+                    "semif reads text only: each content part must be "
+                    '{"type": "text", "text": "..."}', param=f"{param}.content.{j}",
+                )
+    elif content is not None and not isinstance(content, str):
+        raise InvalidRequest("content must be a string, null or a list of text parts",
+                             param=f"{param}.content")
+    if "tool_calls" in message and not isinstance(message["tool_calls"], list):
+        raise InvalidRequest("tool_calls must be a list", param=f"{param}.tool_calls")

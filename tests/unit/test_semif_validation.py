@@ -82,6 +82,16 @@ BASE = {"messages": [{"role": "user", "content": "hi"}]}
         ({"messages": "hi"}, "messages"),
         ({"messages": [{"content": "no role"}]}, "messages.0"),
         ({"chat_template_kwargs": "thinking"}, "chat_template_kwargs"),
+        ({"n": True}, "n"),
+        ({"tools": {}}, "tools"),
+        ({"tools": False}, "tools"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0"),
+        ({"messages": [{"role": ["user"], "content": "x"}]}, "messages.0"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+         "messages.0.content.0"),
+        ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+        ({"messages": [{"role": "user", "content": "x", "tool_calls": 5}]}, "messages.0.tool_calls"),
     ],
 )
 def test_incompatible_fields_are_refused(extra, param):
@@ -90,7 +100,11 @@ def test_incompatible_fields_are_refused(extra, param):
     assert caught.value.param == param
 
 
-@pytest.mark.parametrize("extra", [{}, {"n": 1}, {"tools": []}, {"response_format": None}])
+@pytest.mark.parametrize("extra", [
+    {}, {"n": 1}, {"tools": []}, {"tools": None}, {"response_format": None},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+    {"messages": [{"role": "assistant", "content": None, "tool_calls": []}]},
+])
 def test_compatible_fields_pass(extra):
     refuse_incompatible({**BASE, **extra})
 
