@@ -34,7 +34,8 @@ class Admission:
 
     @asynccontextmanager
     async def admit(self) -> AsyncIterator[None]:
-        """Run the block once a slot is free, within the deadline (counted from arrival)."""
+        """Run the block once a slot is free, within the deadline (counted from this call,
+        so time spent queued counts)."""
         if self._slots.locked() and self._queued >= self._max_queued:
             raise Overloaded(
                 "too many decisions in flight and queued; retry later",

@@ -41,6 +41,9 @@ async def _metrics(request: web.Request, handler: Handler) -> web.StreamResponse
         response = await handler(request)
         status = response.status
         return response
+    except Exception:
+        status = 500  # escaped every handler: counted, never hidden as a client error
+        raise
     finally:
         metrics.in_flight.labels(route).dec()
         elapsed = time.perf_counter() - started
@@ -85,7 +88,8 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     key = request.app[SETTINGS].api_key
     if key and request.path not in OPEN_PATHS:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+        given = token.strip().encode("utf-8", "surrogateescape")  # headers may hold any bytes
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, key.encode()):
             raise Unauthorized("a valid 'Authorization: Bearer <key>' header is required")
     return await handler(request)
 

@@ -24,6 +24,7 @@ from .service import Outcome
 __all__ = ["ProfileStore", "ProfileRefused", "calibrate", "debias_for", "NO_PROFILE"]
 
 NO_PROFILE = "none"
+_MAX_NAME = 128
 
 
 class ProfileRefused(InvalidRequest):
@@ -46,6 +47,9 @@ class ProfileStore:
         name = requested if requested is not None else self._default
         if name is None or name == NO_PROFILE:
             return None
+        if len(name) > _MAX_NAME:
+            raise ProfileRefused(f"calibration profile names are at most {_MAX_NAME} characters",
+                                 param=param)
         try:
             path = profiles.profile_path(name, self._dir)
             mtime = path.stat().st_mtime if path.exists() else -1.0
@@ -53,7 +57,7 @@ class ProfileStore:
             if cached is None or cached[0] != mtime:
                 self._cache[name] = (mtime, profiles.load(name, self._dir))
             return self._cache[name][1]
-        except profiles.ProfileError as err:
+        except (profiles.ProfileError, OSError) as err:
             raise ProfileRefused(str(err), param=param) from err
 
     @staticmethod
@@ -79,10 +83,14 @@ def calibrate(profile: profiles.Profile | None, outcome: Outcome) -> Outcome:
     decision = outcome.decision
     kind = decision.question.kind
     probs = tuple(profiles.apply(profile, kind, decision.probabilities))
-    best = max(range(len(probs)), key=lambda i: probs[i])
+    method = profile.method(kind)
+    # temperature scaling keeps the choice (taken from the log-probabilities, which
+    # rounding cannot tie); the other maps may move it on purpose
+    best = decision.best if method in ("none", "temperature") else max(
+        range(len(probs)), key=lambda i: probs[i])
     return replace(
         outcome,
         decision=replace(decision, probabilities=probs, best=best),
-        calibration={"profile": profile.name, "method": profile.method(kind)},
+        calibration={"profile": profile.name, "method": method},
         route=profiles.route(profile, probs),
     )

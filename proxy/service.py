@@ -18,7 +18,13 @@ from typing import Any
 import orjson
 
 from .decision.debias import average, rotate
-from .decision.labels import CANDIDATES, assign_labels, gbnf_alternatives, single_token_id
+from .decision.labels import (
+    CANDIDATES,
+    LabelError,
+    assign_labels,
+    gbnf_alternatives,
+    single_token_id,
+)
 from .decision.prompt import (
     ANSWER_INSTRUCTION,
     answer_context,
@@ -29,7 +35,7 @@ from .decision.prompt import (
 from .decision.question import Question
 from .decision.readout import Decision, decide
 from .admission import Admission
-from .errors import UpstreamBadResponse
+from .errors import InvalidRequest, UpstreamBadResponse
 from .metrics import Metrics
 from .upstream import ModelInfo, NextToken, Upstream
 
@@ -38,6 +44,8 @@ __all__ = ["DecisionService", "Outcome", "read_widths"]
 _WIDE_READ = 1024
 _UNKNOWN_VOCAB = 1 << 18  # llama-server clamps n_probs to its vocabulary
 _TOKENIZE_BATCH = 32
+_MAX_TEMPLATES = 32  # distinct chat_template_kwargs remembered
+_MAX_KWARGS_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -220,6 +228,9 @@ class DecisionService:
 
     async def _labels(self, n: int, kwargs: dict[str, Any]) -> list[tuple[str, int]]:
         key = orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode()
+        if len(key) > _MAX_KWARGS_CHARS:
+            raise InvalidRequest(f"chat_template_kwargs is over {_MAX_KWARGS_CHARS} characters",
+                                 param="chat_template_kwargs")
         async with self._lock:
             if self._model is None:
                 info = await self.model()
@@ -227,11 +238,21 @@ class DecisionService:
             context = self._contexts.get(key)
             if context is None:
                 probe = [{"role": "user", "content": "Question.\n\n" + ANSWER_INSTRUCTION}]
-                context = answer_context(await self._upstream.render(probe, kwargs))
+                try:
+                    context = answer_context(await self._upstream.render(probe, kwargs))
+                except ValueError as exc:
+                    raise UpstreamBadResponse(
+                        "the chat template dropped the question (no answer position)") from exc
+                if len(self._contexts) >= _MAX_TEMPLATES:  # callers choose the kwargs: bounded
+                    self._contexts.pop(next(iter(self._contexts)))
                 self._contexts[key] = context
             ids = self._token_ids.setdefault(context, {})
             await self._verify_until(n, context, ids)
-        return assign_labels(n, ids)
+        try:
+            return assign_labels(n, ids)
+        except LabelError as exc:
+            raise InvalidRequest(f"{exc}: this model can answer at most {_usable(ids)} options",
+                                 code="too_many_options") from exc
 
     async def _verify_until(self, n: int, context: str, ids: dict[str, int | None]) -> None:
         """Tokenise candidates in context, in order, until ``n`` are usable (or none are left)."""

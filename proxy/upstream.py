@@ -164,6 +164,13 @@ class Upstream:
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise UpstreamBadResponse("llama-server's /v1/models answer names no model") from exc
 
+    async def models_list(self) -> dict[str, Any]:
+        """llama-server's ``/v1/models`` answer, as a JSON object."""
+        data = await self._request_json("GET", "/v1/models", None)
+        if not isinstance(data, dict):
+            raise UpstreamBadResponse("llama-server's /v1/models answer is not a JSON object")
+        return data
+
     async def total_slots(self) -> int | None:
         """How many requests llama-server computes at once (``-np``), if it says."""
         data = await self._request_json("GET", "/props", None)

@@ -121,5 +121,19 @@ def _check_message(message: object, param: str) -> None:
     elif content is not None and not isinstance(content, str):
         raise InvalidRequest("content must be a string, null or a list of text parts",
                              param=f"{param}.content")
-    if "tool_calls" in message and not isinstance(message["tool_calls"], list):
+    for field in ("name", "tool_call_id", "reasoning_content"):
+        if field in message and message[field] is not None and not isinstance(message[field], str):
+            raise InvalidRequest(f"{field} must be a string", param=f"{param}.{field}")
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
         raise InvalidRequest("tool_calls must be a list", param=f"{param}.tool_calls")
+    for k, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (isinstance(function, dict) and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments"), str)):
+            raise InvalidRequest(
+                'each tool call must be {"type": "function", "function": '
+                '{"name": "...", "arguments": "..."}}', param=f"{param}.tool_calls.{k}",
+            )

@@ -10,7 +10,7 @@ from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunk
 from ..profiles import calibrate, debias_for
 from ..protocol.semif import parse_semif, refuse_incompatible
-from .common import json_object, json_response, relay
+from .common import check_depth, json_object, json_response, relay
 
 __all__ = ["chat_completions"]
 
@@ -21,6 +21,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if body.get("semif") is None:
         return await relay(request, request.app[UPSTREAM], raw, "/v1/chat/completions")
     request[KIND] = "decision"
+    check_depth(body)
     call = parse_semif(body["semif"])
     refuse_incompatible(body)
     stream = body.get("stream", False)

@@ -11,7 +11,11 @@ from ..app_keys import KIND, METRICS
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..upstream import Upstream
 
-__all__ = ["json_object", "json_response", "relay"]
+__all__ = ["MAX_DEPTH", "json_object", "check_depth", "json_response", "relay"]
+
+# Deeper JSON than this in a decision body is refused: it has no business in a
+# prompt, and the encoders behind us stop at 255 (orjson) or ~1000 (json) levels.
+MAX_DEPTH = 64
 
 
 def json_object(raw: bytes) -> dict[str, Any]:
@@ -22,6 +26,19 @@ def json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object", code="invalid_json")
     return data
+
+
+def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
+    """Refuse (400) a body nested deeper than ``limit`` arrays and objects."""
+    todo = [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                raise InvalidRequest(f"the body is nested deeper than {limit} levels",
+                                     code="too_deep")
+            todo.extend((child, depth + 1)
+                        for child in (node.values() if isinstance(node, dict) else node))
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

@@ -7,7 +7,7 @@ from aiohttp import web
 from ..app_keys import KIND, SERVICE, SETTINGS
 from ..errors import InvalidRequest
 from ..protocol.decisions import parse_request, response_body
-from .common import json_object, json_response
+from .common import check_depth, json_object, json_response
 from .systemone import accepted_model_names
 
 __all__ = ["decisions"]
@@ -15,7 +15,9 @@ __all__ = ["decisions"]
 
 async def decisions(request: web.Request) -> web.Response:
     request[KIND] = "decision"
-    call = parse_request(json_object(await request.read()))
+    body = json_object(await request.read())
+    check_depth(body)
+    call = parse_request(body)
     limit = request.app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:
         raise InvalidRequest(f"the input is {len(call.state_text)} characters; the limit is {limit}",

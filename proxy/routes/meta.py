@@ -6,11 +6,9 @@ from aiohttp import web
 
 import datetime as dt
 
-import orjson
-
 from ..app_keys import METRICS, SERVICE, UPSTREAM
 from ..metrics import CONTENT_TYPE
-from .common import json_response, relay
+from .common import json_response
 from .systemone import accepted_model_names
 
 __all__ = ["health", "models", "ping", "metrics"]
@@ -36,11 +34,7 @@ async def metrics(request: web.Request) -> web.Response:
 async def models(request: web.Request) -> web.StreamResponse:
     """llama-server's OpenAI list (``object``, ``data``) plus the System One list
     (``models``: name, description, release_date), in one body."""
-    async with request.app[UPSTREAM].relay("GET", "/v1/models", None, {}) as up:
-        raw = b"".join([chunk async for chunk in up.chunks])
-        if up.status != 200:
-            return web.Response(status=up.status, body=raw, headers=up.headers)
-    body = orjson.loads(raw)
+    body = await request.app[UPSTREAM].models_list()
     info = await request.app[SERVICE].model()
     released = dt.datetime.fromtimestamp(info.created or 0, dt.timezone.utc).date().isoformat()
     body["models"] = [

@@ -15,7 +15,7 @@ from ..errors import InvalidRequest, Unprocessable
 from ..profiles import calibrate, debias_for
 from ..protocol.systemone import DEFAULT_MODEL, parse_request, response_body
 from ..upstream import ModelInfo
-from .common import json_object, json_response, relay
+from .common import check_depth, json_object, json_response, relay
 
 __all__ = ["system_one", "accepted_model_names"]
 
@@ -34,11 +34,12 @@ async def system_one(request: web.Request) -> web.StreamResponse:
         body = json_object(raw)
     except InvalidRequest as err:
         raise Unprocessable([{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]) from err
+    check_depth(body)
+    call = parse_request(body)  # validated before llama-server is asked anything
     service = request.app[SERVICE]
     info = await service.model()
     if "decisions" in info.output_modalities:
         return await relay(request, request.app[UPSTREAM], raw, "/v1/systemone")
-    call = parse_request(body)
     limit = request.app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:
         raise Unprocessable([{"loc": ["body", "state"], "type": "string_too_long",

@@ -44,3 +44,16 @@ def test_typesafe_sdk_with_and_without_the_key(locked):
     with TypeSafeClient(base_url=locked, api_key="nope") as client:
         with pytest.raises(TypeSafeAuthenticationError):
             client.system_one("s", {"q": Noul(instructions="yes?")})
+
+
+def test_undecodable_authorization_header_is_401_not_500(locked):
+    import socket
+
+    host, port = locked.removeprefix("http://").split(":")
+    body = b'{"state": "s", "questions": {"q": {"type": "noul"}}}'
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n"
+                     b"Content-Type: application/json\r\nConnection: close\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        reply = sock.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 401 ")

@@ -81,3 +81,31 @@ def test_prompt_over_the_context_is_a_400_from_upstream(proxy_url):
     resp = _post(proxy_url, {"messages": long, "semif": {"options": ["a", "b"]}})
     assert resp.status_code == 400
     assert "context" in resp.json()["error"]["message"]
+
+
+def _nested(depth):
+    """A JSON text nested ``depth`` arrays deep (clients' own encoders refuse to write one)."""
+    return "[" * depth + '"x"' + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"messages": [{"role": "user", "content": "hi"}], "semif": {"options": {"a": %s, "b": null}}}',
+        '{"messages": [{"role": "user", "content": "hi"}], "semif": {"options": ["a", "b"]},'
+        ' "chat_template_kwargs": {"x": %s}}',
+    ],
+    ids=["options", "kwargs"],
+)
+def test_deeply_nested_bodies_get_400_not_500(proxy_url, body):
+    for depth in (300, 1000):
+        resp = _post(proxy_url, content=(body % _nested(depth)).encode(),
+                     headers={"Content-Type": "application/json"})
+        assert resp.status_code == 400 and resp.json()["error"]["code"] == "too_deep"
+
+
+def test_deeply_nested_system_one_state_gets_422(proxy_url):
+    body = '{"state": %s, "questions": {"q": {"type": "noul"}}}' % _nested(1000)
+    resp = httpx.post(proxy_url + "/v1/systemone", content=body.encode(), timeout=30,
+                      headers={"Content-Type": "application/json"})
+    assert resp.status_code == 422

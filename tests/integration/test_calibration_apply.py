@@ -93,7 +93,7 @@ def test_chat_semif_takes_a_profile(calibrated):
 @pytest.mark.parametrize(
     ("name", "says"),
     [("other-model", "qwen3-4b"), ("old-prompt", "semif-0"), ("missing", "no calibration profile"),
-     ("../etc/passwd", "invalid calibration profile name")],
+     ("../etc/passwd", "invalid calibration profile name"), ("a" * 300, "at most 128")],
 )
 def test_unusable_profiles_are_refused_with_400(calibrated, name, says):
     s1 = httpx.post(calibrated + "/v1/systemone", timeout=60,

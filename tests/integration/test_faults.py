@@ -208,3 +208,16 @@ def test_past_the_caps_decisions_get_429_with_retry_after(standin_proxy, logs_di
         stop(proc)
         log.close()
         standin.mode = "good"
+
+
+def test_invalid_system_one_body_is_422_even_when_llama_server_is_down(logs_dir):
+    proc, url, log = launch_proxy(logs_dir, f"http://127.0.0.1:{free_port()}")
+    try:
+        bad = httpx.post(url + "/v1/systemone", json={"state": None, "questions": {}}, timeout=10)
+        assert bad.status_code == 422
+        good = httpx.post(url + "/v1/systemone", timeout=10,
+                          json={"state": "s", "questions": {"q": {"type": "noul"}}})
+        assert good.status_code == 503 and good.headers["Retry-After"]
+    finally:
+        stop(proc)
+        log.close()

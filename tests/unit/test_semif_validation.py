@@ -92,6 +92,10 @@ BASE = {"messages": [{"role": "user", "content": "hi"}]}
         ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
         ({"messages": [{"role": "user", "content": "x", "tool_calls": 5}]}, "messages.0.tool_calls"),
+        ({"messages": [{"role": "assistant", "content": "x", "tool_calls": [{}]}]},
+         "messages.0.tool_calls.0"),
+        ({"messages": [{"role": "tool", "content": "x", "tool_call_id": 7}]},
+         "messages.0.tool_call_id"),
     ],
 )
 def test_incompatible_fields_are_refused(extra, param):
@@ -104,6 +108,9 @@ def test_incompatible_fields_are_refused(extra, param):
     {}, {"n": 1}, {"tools": []}, {"tools": None}, {"response_format": None},
     {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
     {"messages": [{"role": "assistant", "content": None, "tool_calls": []}]},
+    {"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"}]},
 ])
 def test_compatible_fields_pass(extra):
     refuse_incompatible({**BASE, **extra})
