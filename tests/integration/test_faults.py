@@ -87,7 +87,8 @@ def test_llama_killed_mid_requests_then_restarted(logs_dir):
             else:
                 results.append(resp.status_code)
 
-        stream_body = {"messages": DECISION["messages"], "max_tokens": 2000, "stream": True}
+        stream_body = {"messages": DECISION["messages"], "max_tokens": 2000, "stream": True,
+                       "ignore_eos": True}  # still generating when llama-server dies
         threads = [threading.Thread(target=call, args=(b,)) for b in (slow, slow, stream_body)]
         for t in threads:
             t.start()
