@@ -108,6 +108,12 @@ def main() -> int:
             stop(proc)
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C and SIGTERM both stop the pair (also when started with SIGINT ignored).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     sys.exit(main())
