@@ -19,7 +19,6 @@ import asyncio
 import random
 import statistics
 import time
-from pathlib import Path
 
 import aiohttp
 import orjson

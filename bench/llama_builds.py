@@ -46,7 +46,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         urls = {name: stack.enter_context(llama_server(path)) for name, path in builds.items()}
         n_tokens = 0
-        for name, url in urls.items():  # warm-up round, not counted
+        for url in urls.values():  # warm-up round, not counted
             _, n_tokens = prompt_speed(url)
         for i in range(args.rounds):
             order = list(urls) if i % 2 == 0 else list(reversed(urls))

@@ -69,7 +69,7 @@ async def measure(proxy_url, llama_url, requests, rounds, concurrency):
         async with session.post(proxy_url + "/v1/chat/completions", data=proxy_body) as r:
             labels = list((await r.json())["semif"]["labels"].values())
         targets = {"proxy": (proxy_url, proxy_body), "direct": (llama_url, direct_body(labels))}
-        for name, (base, body) in targets.items():  # warm both paths
+        for base, body in targets.values():  # warm both paths
             await run_batch(session, base + "/v1/chat/completions", body, 10, concurrency)
         per_round = max(1, requests // rounds)
         for i in range(rounds):

@@ -8,7 +8,6 @@ meaning (named in ``--help``); a flag given on the command line wins.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 

@@ -130,7 +130,7 @@ class DecisionService:
         template_kwargs: Mapping[str, Any] | None,
     ) -> Outcome:
         kwargs = {"enable_thinking": False, **(template_kwargs or {})}
-        for attempt in range(2):
+        for _attempt in range(2):
             labels = await self._labels(len(question.names), kwargs)
             outcome = await self._read(messages, question, labels, kwargs)
             if outcome is not None:

@@ -111,7 +111,9 @@ def parse_request(body: dict[str, Any]) -> SystemOneCall:
         debias = {qid: tuple(parse_debias(request.x_debias, len(q.names)))
                   for qid, q in questions.items() if q.kind != "score"}
     except DebiasError as err:
-        raise Unprocessable([{"loc": ["body", "x_debias"], "msg": str(err), "type": "value_error"}])
+        raise Unprocessable(
+            [{"loc": ["body", "x_debias"], "msg": str(err), "type": "value_error"}]
+        ) from err
     return SystemOneCall(request.model, as_text(request.state), questions,
                          {qid: d for qid, d in debias.items() if d}, request.x_calibration)
 

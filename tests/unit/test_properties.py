@@ -18,7 +18,6 @@ import math
 import struct
 from typing import Any
 
-import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
