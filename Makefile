@@ -1,4 +1,6 @@
 # Two commands matter: `make run` and `make test`. Each installs what is missing.
+SHELL  := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -18,10 +20,13 @@ unit: venv
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock
-	@echo "[make] creating $(VENV) with the pinned, hash-checked dependencies"
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --require-hashes -r requirements.lock
-	@touch $@
+	@echo "[make] creating $(VENV) with the pinned, hash-checked dependencies (about a minute)"
+	@start=$$(date +%s); \
+	$(PYTHON) -m venv $(VENV) && \
+	$(PY) -m pip install --progress-bar on --require-hashes -r requirements.lock \
+		| grep -v -e '^Requirement already' -e '^WARNING: Location' && \
+	echo "[make] $(VENV) ready in $$(( $$(date +%s) - start ))s"
+	@$(PY) -c "import aiohttp, pydantic, orjson, prometheus_client" && touch $@
 
 # llama-server and the model, cached outside the clone (scripts/prepare.py).
 prepare:
