@@ -52,7 +52,10 @@ class ProfileStore:
                                  param=param)
         try:
             path = profiles.profile_path(name, self._dir)
-            mtime = path.stat().st_mtime if path.exists() else -1.0
+            try:
+                mtime = path.stat().st_mtime  # one stat per request: re-read when it changes
+            except FileNotFoundError:
+                mtime = -1.0  # load() below says which profile is missing
             cached = self._cache.get(name)
             if cached is None or cached[0] != mtime:
                 self._cache[name] = (mtime, profiles.load(name, self._dir))

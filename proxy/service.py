@@ -86,8 +86,6 @@ class DecisionService:
         self._n_probs = n_probs
         self._fanout = question_fanout
         self._lock = asyncio.Lock()
-        self._model: str | None = None
-        self._n_vocab: int | None = None
         self._info: ModelInfo | None = None
         self._slots: int | None = None
         self._contexts: dict[str, str] = {}  # template kwargs (JSON) -> answer context
@@ -131,8 +129,8 @@ class DecisionService:
     ) -> Outcome:
         kwargs = {"enable_thinking": False, **(template_kwargs or {})}
         for _attempt in range(2):
-            labels = await self._labels(len(question.names), kwargs)
-            outcome = await self._read(messages, question, labels, kwargs)
+            info, labels = await self._labels(len(question.names), kwargs)
+            outcome = await self._read(messages, question, labels, kwargs, info)
             if outcome is not None:
                 return outcome
             self._forget()  # another model answered: verify labels again, once
@@ -195,19 +193,20 @@ class DecisionService:
 
     async def _read(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
-        labels: list[tuple[str, int]], kwargs: dict[str, Any],
+        labels: list[tuple[str, int]], kwargs: dict[str, Any], info: ModelInfo,
     ) -> Outcome | None:
+        """The read, or ``None`` when a model other than ``info``'s answered it."""
         names = [label for label, _ in labels]
         convo = append_to_conversation([dict(m) for m in messages], options_block(question, names))
         grammar = gbnf_alternatives(names)
         first: NextToken | None = None
         seen: dict[int, float] = {}
         evaluated = reads = 0
-        for width in read_widths(self._n_probs, len(labels), self._n_vocab):
+        for width in read_widths(self._n_probs, len(labels), info.n_vocab):
             read = await self._upstream.next_token(
                 convo, labels_grammar=grammar, n_probs=width, template_kwargs=kwargs
             )
-            if read.model != self._model:
+            if read.model != info.id:
                 return None
             first = first or read
             reads += 1
@@ -226,15 +225,16 @@ class DecisionService:
             "even over the whole vocabulary"
         )
 
-    async def _labels(self, n: int, kwargs: dict[str, Any]) -> list[tuple[str, int]]:
+    async def _labels(
+        self, n: int, kwargs: dict[str, Any]
+    ) -> tuple[ModelInfo, list[tuple[str, int]]]:
+        """The served model and ``n`` labels verified in its template's answer context."""
         key = orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode()
         if len(key) > _MAX_KWARGS_CHARS:
             raise InvalidRequest(f"chat_template_kwargs is over {_MAX_KWARGS_CHARS} characters",
                                  param="chat_template_kwargs")
         async with self._lock:
-            if self._model is None:
-                info = await self.model()
-                self._model, self._n_vocab = info.id, info.n_vocab
+            info = await self.model()
             context = self._contexts.get(key)
             if context is None:
                 probe = [{"role": "user", "content": "Question.\n\n" + ANSWER_INSTRUCTION}]
@@ -244,12 +244,14 @@ class DecisionService:
                     raise UpstreamBadResponse(
                         "the chat template dropped the question (no answer position)") from exc
                 if len(self._contexts) >= _MAX_TEMPLATES:  # callers choose the kwargs: bounded
-                    self._contexts.pop(next(iter(self._contexts)))
+                    evicted = self._contexts.pop(next(iter(self._contexts)))
+                    if evicted not in self._contexts.values():
+                        self._token_ids.pop(evicted, None)
                 self._contexts[key] = context
             ids = self._token_ids.setdefault(context, {})
             await self._verify_until(n, context, ids)
         try:
-            return assign_labels(n, ids)
+            return info, assign_labels(n, ids)
         except LabelError as exc:
             raise InvalidRequest(f"{exc}: this model can answer at most {_usable(ids)} options",
                                  code="too_many_options") from exc
@@ -269,7 +271,7 @@ class DecisionService:
                 ids[label] = single_token_id(base, with_label)
 
     def _forget(self) -> None:
-        self._model = self._n_vocab = self._info = self._slots = None
+        self._info = self._slots = None
         self._contexts.clear()
         self._token_ids.clear()
 
