@@ -99,8 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200, help="per target and concurrency")
     parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds")
+    parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     args = parser.parse_args()
-    with llama_server() as llama_url, proxy(llama_url) as proxy_url:
+    with llama_server(extra=args.llama_args.split()) as llama_url, proxy(llama_url) as proxy_url:
         for concurrency in (1, 8):
             results = asyncio.run(measure(proxy_url, llama_url, args.requests, args.rounds, concurrency))
             report(concurrency, results)

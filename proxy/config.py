@@ -25,7 +25,7 @@ class Settings:
     request_timeout_s: float = 55.0  # under SageMaker's 60 s invocation limit
     max_body_bytes: int = 6 * 1024 * 1024  # SageMaker's real-time payload limit
     retry_after_s: int = 2
-    n_probs: int = 64  # first read; widened only when a label is missing
+    n_probs: int = 16  # first read (at least 4 per label); widened only when a label is missing
     question_fanout: int = 1  # questions of one request read at once after the first
     max_active_decisions: int = 16
     max_queued_decisions: int = 64

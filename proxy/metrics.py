@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -49,18 +48,24 @@ _clock: contextvars.ContextVar[UpstreamClock | None] = contextvars.ContextVar(
 )
 
 
-@contextmanager
-def upstream_timer() -> Iterator[None]:
+class _UpstreamTimer:
+    """Counts its block as time the current request waits on llama-server."""
+
+    __slots__ = ("_clock",)
+
+    def __enter__(self) -> None:
+        self._clock = _clock.get()
+        if self._clock is not None:
+            self._clock.enter()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._clock is not None:
+            self._clock.leave()
+
+
+def upstream_timer() -> _UpstreamTimer:
     """Count the block as time the current request spends waiting on llama-server."""
-    clock = _clock.get()
-    if clock is None:
-        yield
-        return
-    clock.enter()
-    try:
-        yield
-    finally:
-        clock.leave()
+    return _UpstreamTimer()
 
 
 def upstream_seconds() -> UpstreamClock:
@@ -105,14 +110,47 @@ class Metrics:
         self.client_errors = Counter(
             "semif_client_errors", "4xx answers by reason", ["reason"], registry=r)
 
+        self._route: dict[str, tuple[Any, Any, Any]] = {}
+        self._latency: dict[tuple[str, str, str], Any] = {}
+        self._confidence: dict[str, Any] = {}
+
+    # Label lookups are cached: each costs a lock and a dict walk per call.
+
+    def request_started(self, route: str) -> None:
+        children = self._route.get(route)
+        if children is None:
+            children = self._route[route] = (
+                self.in_flight.labels(route), self.upstream_time.labels(route),
+                self.proxy_time.labels(route),
+            )
+        children[0].inc()
+
+    def request_finished(
+        self, route: str, kind: str, status: int, elapsed_s: float, upstream_s: float
+    ) -> None:
+        in_flight, upstream_time, proxy_time = self._route[route]
+        in_flight.dec()
+        outcome = "ok" if status < 400 else "client_error" if status < 500 else "upstream_error"
+        key = (route, kind, outcome)
+        latency = self._latency.get(key)
+        if latency is None:  # routes, kinds and outcomes are fixed sets: bounded
+            latency = self._latency[key] = self.latency.labels(*key)
+        latency.observe(elapsed_s)
+        if kind == "decision" and status < 400:
+            upstream_time.observe(upstream_s)
+            proxy_time.observe(max(0.0, elapsed_s - upstream_s))
+
     def decision(self, decision: Decision, reads: int) -> None:
         probs = decision.probabilities
         self.options.observe(len(probs))
         self.label_mass.observe(decision.label_mass)
-        if decision.question.kind == "choice":
-            self.confidence.labels("choice").observe(choice_confidence(probs))
-        elif decision.question.kind == "score":
-            self.confidence.labels("score").observe(score_confidence(probs))
+        kind = decision.question.kind
+        if kind in ("choice", "score"):
+            child = self._confidence.get(kind)
+            if child is None:
+                child = self._confidence[kind] = self.confidence.labels(kind)
+            formula = choice_confidence if kind == "choice" else score_confidence
+            child.observe(formula(probs))
         if reads > 1:
             self.wide_reads.inc()
 

@@ -1,4 +1,10 @@
-"""Request middleware: metrics (outermost), error rendering, authentication."""
+"""The request middleware: metrics around everything, then authentication, then
+the handler, with every ``ProxyError`` rendered into its API's error body.
+
+One middleware rather than three: each aiohttp middleware layer costs a call
+chain per request, and a decision's whole hop is budgeted in microseconds
+(bench/overhead.py).
+"""
 
 from __future__ import annotations
 
@@ -29,47 +35,47 @@ OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/openapi.json"})
 
 
 @web.middleware
-async def _metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "other"
     upstream = upstream_seconds()
     started = time.perf_counter()
     status = 499  # the client went away before an answer
-    metrics.in_flight.labels(route).inc()
+    metrics.request_started(route)
     try:
-        response = await handler(request)
+        try:
+            _authenticate(request)
+            response = await handler(request)
+        except ProxyError as err:
+            response = _render(request, err)
+        except web.HTTPRequestEntityTooLarge:
+            limit = request.app[SETTINGS].max_body_bytes
+            response = _render(
+                request, RequestTooLarge(f"the body is larger than the limit of {limit} bytes"))
+        except web.HTTPException as exc:
+            if exc.status < 400 or exc.status == 500:
+                raise
+            err = InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"))
+            err.status = exc.status
+            response = _render(request, err)
         status = response.status
         return response
     except Exception:
         status = 500  # escaped every handler: counted, never hidden as a client error
         raise
     finally:
-        metrics.in_flight.labels(route).dec()
-        elapsed = time.perf_counter() - started
-        outcome = "ok" if status < 400 else "client_error" if status < 500 else "upstream_error"
-        kind = request.get(KIND, "other")
-        metrics.latency.labels(route, kind, outcome).observe(elapsed)
-        if kind == "decision" and status < 400:
-            metrics.upstream_time.labels(route).observe(upstream.seconds)
-            metrics.proxy_time.labels(route).observe(max(0.0, elapsed - upstream.seconds))
+        metrics.request_finished(route, request.get(KIND, "other"), status,
+                                 time.perf_counter() - started, upstream.seconds)
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ProxyError as err:
-        return _render(request, err)
-    except web.HTTPRequestEntityTooLarge:
-        limit = request.app[SETTINGS].max_body_bytes
-        return _render(request, RequestTooLarge(f"the body is larger than the limit of {limit} bytes"))
-    except web.HTTPException as exc:
-        if exc.status >= 400 and exc.status != 500:
-            err = InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"))
-            err.status = exc.status
-            return _render(request, err)
-        raise
+def _authenticate(request: web.Request) -> None:
+    key = request.app[SETTINGS].api_key
+    if key and request.path not in OPEN_PATHS:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        given = token.strip().encode("utf-8", "surrogateescape")  # headers may hold any bytes
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, key.encode()):
+            raise Unauthorized("a valid 'Authorization: Bearer <key>' header is required")
 
 
 def _render(request: web.Request, err: ProxyError) -> web.Response:
@@ -83,15 +89,4 @@ def _render(request: web.Request, err: ProxyError) -> web.Response:
     return system_one_error_response(err) if api == "systemone" else openai_error_response(err)
 
 
-@web.middleware
-async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    key = request.app[SETTINGS].api_key
-    if key and request.path not in OPEN_PATHS:
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        given = token.strip().encode("utf-8", "surrogateescape")  # headers may hold any bytes
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given, key.encode()):
-            raise Unauthorized("a valid 'Authorization: Bearer <key>' header is required")
-    return await handler(request)
-
-
-MIDDLEWARES = (_metrics, _errors, _auth)
+MIDDLEWARES = (_serve,)

@@ -46,6 +46,7 @@ _UNKNOWN_VOCAB = 1 << 18  # llama-server clamps n_probs to its vocabulary
 _TOKENIZE_BATCH = 32
 _MAX_TEMPLATES = 32  # distinct chat_template_kwargs remembered
 _MAX_KWARGS_CHARS = 4096
+_MAX_LAYOUTS = 512  # distinct (options, labels) layouts remembered
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ class DecisionService:
         self._slots: int | None = None
         self._contexts: dict[str, str] = {}  # template kwargs (JSON) -> answer context
         self._token_ids: dict[str, dict[str, int | None]] = {}  # context -> label -> id
+        # (template kwargs, option count) -> labels assigned: the lock-free fast path
+        self._assigned: dict[tuple[str, int], tuple[tuple[str, int], ...]] = {}
+        self._layouts: dict[tuple[Any, ...], tuple[str, str]] = {}  # see _layout
 
     async def decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
@@ -193,14 +197,14 @@ class DecisionService:
 
     async def _read(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
-        labels: list[tuple[str, int]], kwargs: dict[str, Any], info: ModelInfo,
+        labels: Sequence[tuple[str, int]], kwargs: dict[str, Any], info: ModelInfo,
     ) -> Outcome | None:
         """The read, or ``None`` when a model other than ``info``'s answered it."""
-        names = [label for label, _ in labels]
-        convo = append_to_conversation([dict(m) for m in messages], options_block(question, names))
-        grammar = gbnf_alternatives(names)
+        names = tuple(label for label, _ in labels)
+        block, grammar = self._layout(question, names)
+        convo = append_to_conversation(messages, block)
         first: NextToken | None = None
-        seen: dict[int, float] = {}
+        ids = [tid for _, tid in labels]
         evaluated = reads = 0
         for width in read_widths(self._n_probs, len(labels), info.n_vocab):
             read = await self._upstream.next_token(
@@ -212,14 +216,13 @@ class DecisionService:
             reads += 1
             evaluated += read.prompt_evaluated
             # All labels from one read: one forward pass, one set of numerics.
-            seen = read.logprobs
-            if all(tid in seen for _, tid in labels):
-                logprobs = [seen[tid] for _, tid in labels]
+            logprobs = read.of(ids)
+            if logprobs is not None:
                 return Outcome(
                     decide(question, logprobs), tuple(names), read.model,
                     first.prompt_tokens, evaluated, reads,
                 )
-        missing = [label for label, tid in labels if tid not in seen]
+        missing = [label for label, tid in labels if tid not in read.logprobs]
         raise UpstreamBadResponse(
             f"llama-server returned no log-probability for labels {missing} "
             "even over the whole vocabulary"
@@ -227,12 +230,15 @@ class DecisionService:
 
     async def _labels(
         self, n: int, kwargs: dict[str, Any]
-    ) -> tuple[ModelInfo, list[tuple[str, int]]]:
+    ) -> tuple[ModelInfo, tuple[tuple[str, int], ...]]:
         """The served model and ``n`` labels verified in its template's answer context."""
         key = orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode()
         if len(key) > _MAX_KWARGS_CHARS:
             raise InvalidRequest(f"chat_template_kwargs is over {_MAX_KWARGS_CHARS} characters",
                                  param="chat_template_kwargs")
+        info, assigned = self._info, self._assigned.get((key, n))
+        if info is not None and assigned is not None:
+            return info, assigned  # the common case: a known template and option count
         async with self._lock:
             info = await self.model()
             context = self._contexts.get(key)
@@ -244,17 +250,23 @@ class DecisionService:
                     raise UpstreamBadResponse(
                         "the chat template dropped the question (no answer position)") from exc
                 if len(self._contexts) >= _MAX_TEMPLATES:  # callers choose the kwargs: bounded
-                    evicted = self._contexts.pop(next(iter(self._contexts)))
+                    old_key = next(iter(self._contexts))
+                    evicted = self._contexts.pop(old_key)
                     if evicted not in self._contexts.values():
                         self._token_ids.pop(evicted, None)
+                    for stale in [k for k in self._assigned if k[0] == old_key]:
+                        del self._assigned[stale]
                 self._contexts[key] = context
             ids = self._token_ids.setdefault(context, {})
             await self._verify_until(n, context, ids)
-        try:
-            return info, assign_labels(n, ids)
-        except LabelError as exc:
-            raise InvalidRequest(f"{exc}: this model can answer at most {_usable(ids)} options",
-                                 code="too_many_options") from exc
+            try:
+                assigned = tuple(assign_labels(n, ids))
+            except LabelError as exc:
+                raise InvalidRequest(
+                    f"{exc}: this model can answer at most {_usable(ids)} options",
+                    code="too_many_options") from exc
+            self._assigned[(key, n)] = assigned
+        return info, assigned
 
     async def _verify_until(self, n: int, context: str, ids: dict[str, int | None]) -> None:
         """Tokenise candidates in context, in order, until ``n`` are usable (or none are left)."""
@@ -270,10 +282,22 @@ class DecisionService:
             for label, with_label in zip(batch, encoded):
                 ids[label] = single_token_id(base, with_label)
 
+    def _layout(self, question: Question, names: tuple[str, ...]) -> tuple[str, str]:
+        """The options block and the grammar for these options and labels, remembered:
+        most traffic asks the same few questions again and again."""
+        key = (question.kind, question.instructions, question.shown, names)
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= _MAX_LAYOUTS:  # callers choose the options: bounded
+                del self._layouts[next(iter(self._layouts))]
+            layout = self._layouts[key] = (options_block(question, names), gbnf_alternatives(names))
+        return layout
+
     def _forget(self) -> None:
         self._info = self._slots = None
         self._contexts.clear()
         self._token_ids.clear()
+        self._assigned.clear()
 
 
 def _usable(ids: Mapping[str, int | None]) -> int:

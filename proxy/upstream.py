@@ -12,7 +12,7 @@ Everything it returns is one of our own types; every failure leaves it as an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 
 from .config import Settings
+from .http1 import ConnectionPool, Disconnected, ResponseError
 from .metrics import upstream_timer
 from .errors import (
     UpstreamBadResponse,
@@ -42,15 +43,33 @@ _HOP_HEADERS = frozenset(
     )
 )
 
+# llama-server closes idle connections after 5 s; drop ours before it does,
+# or a request can be written into a connection that is closing.
+_KEEPALIVE_S = 4.0
+
 
 @dataclass(frozen=True)
 class NextToken:
-    """Log-probabilities of the next token's top candidates, by token id."""
+    """Log-probabilities of the next token's top candidates, by token id, as
+    llama-server sent them (only the values asked for are checked: see ``of``)."""
 
-    logprobs: dict[int, float]
+    logprobs: dict[Any, Any]
     model: str
     prompt_tokens: int
     prompt_evaluated: int  # prompt tokens actually computed (not served from cache)
+
+    def of(self, token_ids: Sequence[int]) -> list[float] | None:
+        """The log-probabilities of ``token_ids``; ``None`` if any is not in this read."""
+        out = []
+        for tid in token_ids:
+            value = self.logprobs.get(tid)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value > 0:
+                raise UpstreamBadResponse(
+                    f"llama-server sent {value!r} as the log-probability of token {tid}")
+            out.append(float(value))
+        return out
 
 
 @dataclass(frozen=True)
@@ -77,9 +96,6 @@ class Upstream:
     def __init__(self, settings: Settings, session: aiohttp.ClientSession | None = None):
         self._base = settings.upstream_url.rstrip("/")
         self._retry_after = settings.retry_after_s
-        self._timeout = aiohttp.ClientTimeout(
-            total=settings.request_timeout_s, sock_connect=settings.connect_timeout_s
-        )
         # Streams may run longer than one call; they are bounded between chunks instead.
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=settings.connect_timeout_s,
@@ -89,15 +105,23 @@ class Upstream:
             {"Authorization": f"Bearer {settings.upstream_api_key}"}
             if settings.upstream_api_key else {}
         )
+        # Decision reads: the lean client (see http1.py); pass-through: aiohttp.
+        self._pool = ConnectionPool(
+            self._base, limit=settings.max_connections, keepalive_s=_KEEPALIVE_S,
+            connect_timeout_s=settings.connect_timeout_s,
+        )
+        self._request_timeout_s = settings.request_timeout_s
+        self._json_headers = {"Content-Type": "application/json", **self._auth}
         self._session = session or aiohttp.ClientSession(
-            # llama-server closes idle connections after 5 s; drop ours before it does,
-            # or a request can be written into a connection that is closing.
-            connector=aiohttp.TCPConnector(limit=settings.max_connections, keepalive_timeout=4),
+            connector=aiohttp.TCPConnector(
+                limit=settings.max_connections, keepalive_timeout=_KEEPALIVE_S
+            ),
             json_serialize=lambda o: orjson.dumps(o).decode(),
             skip_auto_headers=("User-Agent",),
         )
 
     async def close(self) -> None:
+        await self._pool.close()
         await self._session.close()
 
     # -- decision reads -------------------------------------------------------
@@ -120,7 +144,7 @@ class Upstream:
         data = await self._post_json("/v1/chat/completions", body)
         try:
             first = data["choices"][0]["logprobs"]["content"][0]
-            top = {int(e["id"]): float(e["logprob"]) for e in first["top_logprobs"]}
+            top = {e["id"]: e["logprob"] for e in first["top_logprobs"]}
             usage = data["usage"]
             prompt_tokens = int(usage["prompt_tokens"])
             cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
@@ -179,11 +203,8 @@ class Upstream:
 
     async def health(self) -> bool:
         try:
-            async with self._session.get(
-                self._base + "/health", timeout=aiohttp.ClientTimeout(total=1.5)
-            ) as resp:
-                return resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return (await self._pool.request("GET", "/health", timeout_s=1.5)).status == 200
+        except (OSError, ResponseError, TimeoutError):
             return False
 
     # -- pass-through ---------------------------------------------------------
@@ -226,28 +247,22 @@ class Upstream:
 
     async def _request_json(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         data = None if body is None else orjson.dumps(body)
-        for attempt in (1, 2):
-            try:
-                with upstream_timer():
-                    async with self._session.request(
-                        method, self._base + path, data=data,
-                        headers={"Content-Type": "application/json", **self._auth},
-                        timeout=self._timeout,
-                    ) as resp:
-                        raw = await resp.read()
-                        status = resp.status
-                break
-            except aiohttp.ServerDisconnectedError as exc:
-                # A pooled connection the server closed as we wrote: these calls only
-                # read, so sending again once on a fresh connection is safe.
-                if attempt == 2:
-                    raise self._translate(exc) from exc
-            except Exception as exc:  # noqa: BLE001
-                raise self._translate(exc) from exc
-        if status != 200:
-            raise self._status_error(status, raw, path)
         try:
-            return orjson.loads(raw)
+            with upstream_timer():
+                try:
+                    resp = await self._pool.request(
+                        method, path, data, self._json_headers, timeout_s=self._request_timeout_s)
+                except Disconnected:
+                    # A pooled connection the server closed as we wrote: these calls
+                    # only read, so sending again once on a fresh connection is safe.
+                    resp = await self._pool.request(
+                        method, path, data, self._json_headers, timeout_s=self._request_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - translated, never swallowed
+            raise self._translate(exc) from exc
+        if resp.status != 200:
+            raise self._status_error(resp.status, resp.body, path)
+        try:
+            return orjson.loads(resp.body)
         except orjson.JSONDecodeError as exc:
             raise UpstreamBadResponse(f"llama-server answered {path} with invalid JSON") from exc
 
@@ -275,6 +290,8 @@ class Upstream:
             )
         if isinstance(exc, aiohttp.ClientPayloadError):
             return UpstreamBadResponse("llama-server's answer was cut short")
+        if isinstance(exc, ResponseError):
+            return UpstreamBadResponse(f"llama-server's answer is unreadable: {exc}")
         if isinstance(exc, aiohttp.ClientError):
             return UpstreamBadResponse(f"llama-server call failed: {type(exc).__name__}")
         raise exc

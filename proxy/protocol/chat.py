@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import random
 import time
-import uuid
 from typing import Any
 
 from ..decision.prompt import PROMPT_FORMAT_VERSION
@@ -39,7 +39,7 @@ def _usage(outcome: Outcome) -> dict[str, int]:
 
 def completion_body(outcome: Outcome, model: str | None) -> dict[str, Any]:
     return {
-        "id": f"chatcmpl-semif-{uuid.uuid4().hex}",
+        "id": f"chatcmpl-semif-{random.getrandbits(128):032x}",  # unique, not secret
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model or outcome.model,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..decision.debias import DebiasError, parse_debias
@@ -52,9 +53,31 @@ class SemifCall:
     calibration: str | None
 
 
+# Valid calls by their JSON text: most traffic repeats the same few questions,
+# and a call is a pure function of its JSON (key order included: it orders options).
+_PARSED: dict[bytes, SemifCall] = {}
+_MAX_PARSED = 512
+_MAX_KEY_BYTES = 64 * 1024
+
+
 def parse_semif(raw: object) -> SemifCall:
     if not isinstance(raw, dict):
         raise InvalidRequest("semif must be an object", param="semif")
+    try:
+        key = orjson.dumps(raw)
+    except TypeError:  # not JSON (a caller outside HTTP): parse without remembering
+        return _parse(raw)
+    call = _PARSED.get(key)
+    if call is None:
+        call = _parse(raw)
+        if len(key) <= _MAX_KEY_BYTES:
+            if len(_PARSED) >= _MAX_PARSED:
+                del _PARSED[next(iter(_PARSED))]
+            _PARSED[key] = call
+    return call
+
+
+def _parse(raw: dict[str, Any]) -> SemifCall:
     try:
         spec = SemifSpec.model_validate(raw)
     except ValidationError as exc:

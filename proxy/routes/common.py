@@ -30,15 +30,14 @@ def json_object(raw: bytes) -> dict[str, Any]:
 
 def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
     """Refuse (400) a body nested deeper than ``limit`` arrays and objects."""
-    todo = [(value, 1)]
+    todo = [(value, 1)] if isinstance(value, (dict, list)) else []
     while todo:
         node, depth = todo.pop()
-        if isinstance(node, (dict, list)):
-            if depth > limit:
-                raise InvalidRequest(f"the body is nested deeper than {limit} levels",
-                                     code="too_deep")
-            todo.extend((child, depth + 1)
-                        for child in (node.values() if isinstance(node, dict) else node))
+        if depth > limit:
+            raise InvalidRequest(f"the body is nested deeper than {limit} levels", code="too_deep")
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                todo.append((child, depth + 1))
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
