@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 __all__ = ["ConnectionPool", "Response", "Disconnected", "ResponseError"]
 
 _MAX_HEAD = 64 * 1024  # status line and headers
+_HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
 class Disconnected(ConnectionError):
@@ -59,6 +60,7 @@ class _Connection(asyncio.Protocol):
         self._chunked = False
         self._body = bytearray()  # decoded chunks so far
         self._pos = 0  # parse position in _buffer, chunked only
+        self._extra = False  # bytes beyond the answer arrived with it
 
     # -- asyncio.Protocol ------------------------------------------------------
 
@@ -111,6 +113,7 @@ class _Connection(asyncio.Protocol):
         self._buffer.clear()
         self._body.clear()
         self._head, self._length, self._chunked, self._pos = None, None, False, 0
+        self._extra = False
         self.reusable = False
         self.transport.write(request)
         return self._waiter
@@ -125,7 +128,7 @@ class _Connection(asyncio.Protocol):
         status, headers = self._head
         self.reusable = (
             self.transport is not None and headers.get("connection", "").lower() != "close"
-            and (self._length is not None or self._chunked)
+            and (self._length is not None or self._chunked) and not self._extra
         )
         self._waiter.set_result(Response(status, headers, body))
 
@@ -155,15 +158,14 @@ class _Connection(asyncio.Protocol):
             elif "chunked" in headers.get("transfer-encoding", "").lower():
                 self._chunked = True
             elif "content-length" in headers:
-                try:
-                    self._length = int(headers["content-length"])
-                except ValueError:
-                    raise ResponseError("the answer's Content-Length is not a number") from None
-                if self._length < 0:
-                    raise ResponseError("the answer's Content-Length is negative")
+                value = headers["content-length"]
+                if not (value.isascii() and value.isdigit()):
+                    raise ResponseError(f"the answer's Content-Length is not a number: {value!r}")
+                self._length = int(value)
         if self._chunked:
             return self._parse_chunks()
         if self._length is not None and len(self._buffer) >= self._length:
+            self._extra = len(self._buffer) > self._length
             return bytes(self._buffer[: self._length])
         return None
 
@@ -174,15 +176,16 @@ class _Connection(asyncio.Protocol):
             if line_end < 0:
                 return None
             size_text = bytes(buf[self._pos:line_end]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise ResponseError("the answer's chunk size is not a number") from None
+            if not size_text or not _HEX.issuperset(size_text):
+                raise ResponseError(f"the answer's chunk size is not a number: {size_text[:20]!r}")
+            size = int(size_text, 16)
             if size == 0:  # the last chunk; trailers end with an empty line
-                trailer_end = buf.find(b"\r\n\r\n", line_end)
-                if buf[line_end:line_end + 4] == b"\r\n\r\n" or trailer_end >= 0:
-                    return bytes(self._body)
-                return None
+                end = line_end + 4 if buf[line_end:line_end + 4] == b"\r\n\r\n" else (
+                    buf.find(b"\r\n\r\n", line_end) + 4)
+                if end < 4:
+                    return None
+                self._extra = len(buf) > end
+                return bytes(self._body)
             start = line_end + 2
             if len(buf) < start + size + 2:
                 return None

@@ -122,3 +122,17 @@ def test_compatible_fields_pass(extra):
 )
 def test_debias_becomes_the_shifts_to_read(debias, expected):
     assert parse_semif({"options": ["a", "b", "c"], "debias": debias}).debias == expected
+
+
+def test_repeated_calls_are_parsed_once_and_option_order_still_counts():
+    first = parse_semif({"options": {"b": "bee", "a": None}, "temperature": 2})
+    again = parse_semif({"options": {"b": "bee", "a": None}, "temperature": 2})
+    reordered = parse_semif({"options": {"a": None, "b": "bee"}, "temperature": 2})
+    assert again is first
+    assert first.question.names == ("b", "a") and reordered.question.names == ("a", "b")
+
+
+def test_invalid_calls_are_refused_every_time():
+    for _ in range(2):
+        with pytest.raises(InvalidRequest, match="at least 2"):
+            parse_semif({"options": ["only"]})

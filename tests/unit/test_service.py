@@ -95,3 +95,26 @@ async def test_labels_are_verified_once_per_template():
     for _ in range(2):
         await service.decide([{"role": "user", "content": "q"}], choice_question(["x", "y"]))
     assert up.renders == 1
+
+
+async def test_a_model_change_forgets_remembered_labels_and_verifies_again():
+    up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 3)
+    service = DecisionService(up, n_probs=8)
+    question = choice_question(["x", "y"])
+    first = await service.decide([{"role": "user", "content": "q"}], question)
+    up.model = "another"  # the next read comes from another model: verify again, then read
+    second = await service.decide([{"role": "user", "content": "q"}], question)
+    assert first.model == "smollm2" and second.model == "another"
+    assert up.renders == 2 and second.labels == ("A", "C")
+
+
+async def test_remembered_layouts_give_the_same_read_as_fresh_ones():
+    up = RecordedUpstream([{49: -1.0, 51: -2.0, 52: -3.0}] * 3)
+    service = DecisionService(up, n_probs=8)
+    sent = []
+    for options in (["x", "y", "z"], ["x", "y", "z"], ["x", "z", "y"]):
+        await service.decide([{"role": "user", "content": "q"}], choice_question(options))
+        sent.append((up.last_messages[-1]["content"], up.last_grammar))
+    assert sent[0] == sent[1]
+    assert sent[2][0] != sent[0][0] and "A: x\nC: z\nD: y" in sent[2][0]
+    assert sent[2][1] == sent[0][1] == 'root ::= "A" | "C" | "D"'

@@ -14,7 +14,7 @@ from proxy.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from proxy.upstream import Upstream
+from proxy.upstream import NextToken, Upstream
 
 GOOD = {
     "model": "m",
@@ -55,10 +55,14 @@ BEHAVIOURS = {
 
 @pytest.fixture
 async def stand_in():
-    mode = {"now": "good"}
+    mode = {"now": "good", "dropped": 0}
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        result = BEHAVIOURS[mode["now"]](request)
+        if mode["now"] == "drop" or (mode["now"] == "drop_once" and not mode["dropped"]):
+            mode["dropped"] += 1
+            request.transport.close()  # no answer at all
+            return web.Response()
+        result = BEHAVIOURS.get(mode["now"], BEHAVIOURS["good"])(request)
         return await result if asyncio.iscoroutine(result) else result
 
     app = web.Application()
@@ -129,3 +133,38 @@ async def test_unreachable_upstream_is_unavailable():
         with pytest.raises(UpstreamUnavailable) as caught:
             await _read(f"http://127.0.0.1:{port}")
     assert caught.value.status == 503
+
+
+async def test_a_connection_dropped_before_answering_is_retried_once(stand_in):
+    state, url = stand_in
+    state["now"] = "drop_once"
+    read = await _read(url)
+    assert read.logprobs == {49: -0.5, 50: -1.5} and state["dropped"] == 1
+
+
+async def test_always_dropped_connections_are_unavailable(stand_in):
+    state, url = stand_in
+    state["now"] = "drop"
+    with pytest.raises(UpstreamUnavailable) as caught:
+        await _read(url)
+    assert caught.value.status == 503 and state["dropped"] == 2  # the first try and one retry
+
+
+@pytest.mark.parametrize(
+    ("value", "wanted", "result"),
+    [
+        (-0.5, [49], [-0.5]),
+        (-2, [49], [-2.0]),
+        (-0.5, [49, 51], None),  # 51 is not in the read: widen, never guess
+    ],
+)
+def test_label_log_probabilities_from_a_read(value, wanted, result):
+    read = NextToken({49: value, 50: -1.5}, "m", 10, 3)
+    assert read.of(wanted) == result
+
+
+@pytest.mark.parametrize("value", ["high", True, 0.5, [1], {"x": 1}])
+def test_nonsense_label_log_probabilities_are_bad_responses(value):
+    read = NextToken({49: value}, "m", 10, 3)
+    with pytest.raises(UpstreamBadResponse, match="log-probability of token 49"):
+        read.of([49])
