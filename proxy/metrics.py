@@ -7,8 +7,10 @@ Recorded by the middleware (requests) and the decision service (decisions).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -16,11 +18,21 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from .decision.readout import Decision, choice_confidence, score_confidence
 
-__all__ = ["Metrics", "CONTENT_TYPE", "UpstreamClock", "upstream_timer", "upstream_seconds"]
+__all__ = [
+    "Metrics", "CONTENT_TYPE", "UpstreamClock", "upstream_timer", "upstream_seconds",
+    "after_reply",
+]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60)
 _UNIT = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+
+def after_reply(record: Callable[..., None], *args: Any) -> None:
+    """Run ``record(*args)`` when the current task next yields. A handler's answer is
+    written in the same step that returns it, so recording then keeps the
+    collectors' locks and bucket searches off the answer's latency."""
+    asyncio.get_running_loop().call_soon(record, *args)
+
 
 class UpstreamClock:
     """Wall-clock seconds during which at least one llama-server call of a request

@@ -25,7 +25,7 @@ from .errors import (
     openai_error_response,
     system_one_error_response,
 )
-from .metrics import upstream_seconds
+from .metrics import after_reply, upstream_seconds
 
 __all__ = ["MIDDLEWARES", "OPEN_PATHS"]
 
@@ -65,8 +65,8 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
         status = 500  # escaped every handler: counted, never hidden as a client error
         raise
     finally:
-        metrics.request_finished(route, request.get(KIND, "other"), status,
-                                 time.perf_counter() - started, upstream.seconds)
+        after_reply(metrics.request_finished, route, request.get(KIND, "other"), status,
+                    time.perf_counter() - started, upstream.seconds)
 
 
 def _authenticate(request: web.Request) -> None:

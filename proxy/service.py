@@ -36,7 +36,7 @@ from .decision.question import Question
 from .decision.readout import Decision, decide
 from .admission import Admission
 from .errors import InvalidRequest, UpstreamBadResponse
-from .metrics import Metrics
+from .metrics import Metrics, after_reply
 from .upstream import ModelInfo, NextToken, Upstream
 
 __all__ = ["DecisionService", "Outcome", "read_widths"]
@@ -124,7 +124,7 @@ class DecisionService:
                 sum(o.prompt_evaluated for _, o in reads), sum(o.reads for _, o in reads),
             )
         if self._metrics:
-            self._metrics.decision(outcome.decision, outcome.reads)
+            after_reply(self._metrics.decision, outcome.decision, outcome.reads)
         return outcome
 
     async def _decide_once(
