@@ -1,7 +1,7 @@
 """Proxy overhead: one decision through the proxy vs the same one-token call sent
 straight to llama-server, interleaved in one run, at concurrency 1 and 8.
 
-    .venv/bin/python bench/overhead.py [--requests 200] [--rounds 6]
+    .venv/bin/python bench/overhead.py [--requests 1200] [--rounds 24]
 
 Prints p50/p99 latency and throughput for both, and the ratios proxy/direct.
 Targets: latency ratio <= 1.05 at concurrency 1; throughput >= 0.95 of direct at 8.
@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 from _servers import llama_server, proxy
 
+from proxy.config import Settings
 from proxy.decision.labels import gbnf_alternatives
 from proxy.decision.prompt import append_to_conversation, options_block
 from proxy.decision.question import choice_question
@@ -34,7 +35,7 @@ def direct_body(labels: list[str]) -> bytes:
     return orjson.dumps({
         "messages": append_to_conversation(MESSAGES, options_block(question, labels)),
         "max_tokens": 1, "temperature": 0, "logprobs": True,
-        "top_logprobs": read_widths(64, len(labels), None)[0],
+        "top_logprobs": read_widths(Settings().n_probs, len(labels), None)[0],
         "grammar": gbnf_alternatives(labels), "cache_prompt": True,
         "chat_template_kwargs": {"enable_thinking": False},
     })
@@ -67,7 +68,9 @@ async def measure(proxy_url, llama_url, requests, rounds, concurrency):
     connector = aiohttp.TCPConnector(limit=64)
     async with aiohttp.ClientSession(connector=connector) as session:
         async with session.post(proxy_url + "/v1/chat/completions", data=proxy_body) as r:
-            labels = list((await r.json())["semif"]["labels"].values())
+            answer = (await r.json())["semif"]
+        assert answer["reads"] == 1, "the decision needed a wider read: not one call to compare"
+        labels = list(answer["labels"].values())
         targets = {"proxy": (proxy_url, proxy_body), "direct": (llama_url, direct_body(labels))}
         for base, body in targets.values():  # warm both paths
             await run_batch(session, base + "/v1/chat/completions", body, 10, concurrency)
@@ -97,8 +100,8 @@ def report(concurrency, results) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=200, help="per target and concurrency")
-    parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds")
+    parser.add_argument("--requests", type=int, default=1200, help="per target and concurrency")
+    parser.add_argument("--rounds", type=int, default=24, help="interleaved rounds")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     args = parser.parse_args()
     with llama_server(extra=args.llama_args.split()) as llama_url, proxy(llama_url) as proxy_url:
