@@ -68,3 +68,51 @@ async def test_time_spent_queued_counts_against_the_deadline():
 def test_bounds_are_checked(active, queued):
     with pytest.raises(ValueError):
         Admission(max_active=active, max_queued=queued, deadline_s=1, retry_after_s=1)
+
+
+async def test_cancelled_waiters_leave_no_slot_behind_and_order_is_kept():
+    admission = Admission(max_active=1, max_queued=5, deadline_s=5, retry_after_s=1)
+    release, order = asyncio.Event(), []
+
+    async def job(name: str) -> None:
+        async with admission.admit():
+            order.append(name)
+            await release.wait()
+
+    first = asyncio.create_task(job("first"))
+    await asyncio.sleep(0.01)
+    doomed, second = asyncio.create_task(job("doomed")), None
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(job("second"))
+    await asyncio.sleep(0.01)
+    doomed.cancel()  # cancelled while queued
+    release.set()
+    await asyncio.wait_for(asyncio.gather(first, second), 2)
+    assert order == ["first", "second"] and admission.queued == 0
+    # the slot is free again: one more runs at once, then a second
+    release.clear()
+    held = asyncio.create_task(job("third"))
+    await asyncio.sleep(0.01)
+    assert order[-1] == "third"
+    release.set()
+    await held
+
+
+async def test_a_slot_handed_to_a_waiter_cancelled_in_the_same_step_is_passed_on():
+    admission = Admission(max_active=1, max_queued=5, deadline_s=5, retry_after_s=1)
+    release, order = asyncio.Event(), []
+
+    async def job(name: str) -> None:
+        async with admission.admit():
+            order.append(name)
+            await release.wait()
+
+    tasks = [asyncio.create_task(job(n)) for n in ("a", "b", "c")]
+    await asyncio.sleep(0.01)
+    release.set()
+    await asyncio.sleep(0)  # "a" leaves and hands its slot to "b" ...
+    tasks[1].cancel()  # ... which is cancelled before it runs: "c" must get the slot
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 2)
+    assert order == ["a", "c"] and isinstance(results[1], asyncio.CancelledError)
+    async with admission.admit():  # and nothing leaked
+        pass
