@@ -3,20 +3,30 @@ straight to llama-server, interleaved in one run, at concurrency 1 and 8.
 
     .venv/bin/python bench/overhead.py [--requests 1200] [--rounds 24]
 
-Prints p50/p99 latency and throughput for both, and the ratios proxy/direct.
+Prints p50/p99 latency and throughput for each target and the ratios to direct.
 Targets: latency ratio <= 1.05 at concurrency 1; throughput >= 0.95 of direct at 8.
+
+A third target, the bare relay (bench/_relay.py: the proxy's aiohttp server and
+upstream client, no decision logic), shows what any such hop costs here: the
+part of the ratio the proxy's own logic cannot remove.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import aiohttp
 import orjson
-from _servers import llama_server, proxy
+from _servers import ROOT, free_port, llama_server, proxy
+
+from scripts.stack import stop, wait_ready
 
 from proxy.config import Settings
 from proxy.decision.labels import gbnf_alternatives
@@ -27,6 +37,8 @@ from proxy.service import read_widths
 MESSAGES = [{"role": "user", "content": "Ticket: I was charged twice for one order."}]
 OPTIONS = {"billing": "charges, refunds, invoices", "shipping": "delivery and parcels",
            "technical": "bugs, crashes, log-in problems", "other": None}
+PROXY_BODY = orjson.dumps({"messages": MESSAGES, "semif": {"options": OPTIONS}})
+PATH = "/v1/chat/completions"
 
 
 def direct_body(labels: list[str]) -> bytes:
@@ -62,40 +74,59 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-async def measure(proxy_url, llama_url, requests, rounds, concurrency):
-    proxy_body = orjson.dumps({"messages": MESSAGES, "semif": {"options": OPTIONS}})
-    results = {"proxy": ([], 0.0), "direct": ([], 0.0)}
-    connector = aiohttp.TCPConnector(limit=64)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        async with session.post(proxy_url + "/v1/chat/completions", data=proxy_body) as r:
+async def decision_labels(proxy_url: str) -> list[str]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(proxy_url + "/v1/chat/completions", data=PROXY_BODY) as r:
             answer = (await r.json())["semif"]
-        assert answer["reads"] == 1, "the decision needed a wider read: not one call to compare"
-        labels = list(answer["labels"].values())
-        targets = {"proxy": (proxy_url, proxy_body), "direct": (llama_url, direct_body(labels))}
-        for base, body in targets.values():  # warm both paths
-            await run_batch(session, base + "/v1/chat/completions", body, 10, concurrency)
+    assert answer["reads"] == 1, "the decision needed a wider read: not one call to compare"
+    return list(answer["labels"].values())
+
+
+async def measure(targets, requests, rounds, concurrency):
+    """Each target's latencies and wall time, in rounds whose order rotates."""
+    results = {name: ([], 0.0) for name in targets}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
+        for url, body in targets.values():  # warm every path
+            await run_batch(session, url, body, 10, concurrency)
         per_round = max(1, requests // rounds)
+        names = list(targets)
         for i in range(rounds):
-            order = ["proxy", "direct"] if i % 2 == 0 else ["direct", "proxy"]
-            for name in order:
-                base, body = targets[name]
-                lat, wall = await run_batch(session, base + "/v1/chat/completions", body,
-                                            per_round, concurrency)
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                url, body = targets[name]
+                lat, wall = await run_batch(session, url, body, per_round, concurrency)
                 acc, total = results[name]
                 results[name] = (acc + lat, total + wall)
     return results
 
 
 def report(concurrency, results) -> None:
-    rows = {}
-    for name, (lat, wall) in results.items():
-        rows[name] = (pct(lat, 50) * 1e3, pct(lat, 99) * 1e3, len(lat) / wall)
+    rows = {name: (pct(lat, 50) * 1e3, pct(lat, 99) * 1e3, len(lat) / wall)
+            for name, (lat, wall) in results.items()}
     print(f"\nconcurrency {concurrency}")
     print(f"  {'':8}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}")
     for name, (p50, p99, thr) in rows.items():
         print(f"  {name:8}{p50:10.2f}{p99:10.2f}{thr:10.1f}")
-    (pp50, pp99, pthr), (dp50, dp99, dthr) = rows["proxy"], rows["direct"]
-    print(f"  ratio   {pp50 / dp50:10.3f}{pp99 / dp99:10.3f}{pthr / dthr:10.3f}   (proxy / direct)")
+    dp50, dp99, dthr = rows["direct"]
+    for name in ("proxy", "relay"):
+        p50, p99, thr = rows[name]
+        print(f"  {name + '/':8}{p50 / dp50:10.3f}{p99 / dp99:10.3f}{thr / dthr:10.3f}"
+              "   (ratio to direct)")
+
+
+@contextlib.contextmanager
+def bare_relay(llama_url: str, body: bytes):
+    """bench/_relay.py: aiohttp and proxy.http1 with no decision logic."""
+    port = free_port()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        f.write(body)
+        f.flush()
+        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_relay.py"), llama_url,
+                                 str(port), f.name], cwd=ROOT)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=30)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            stop(proc)
 
 
 def main() -> None:
@@ -105,9 +136,13 @@ def main() -> None:
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     args = parser.parse_args()
     with llama_server(extra=args.llama_args.split()) as llama_url, proxy(llama_url) as proxy_url:
-        for concurrency in (1, 8):
-            results = asyncio.run(measure(proxy_url, llama_url, args.requests, args.rounds, concurrency))
-            report(concurrency, results)
+        direct = direct_body(asyncio.run(decision_labels(proxy_url)))
+        with bare_relay(llama_url, direct) as relay_url:
+            targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "relay": (relay_url + PATH, b"{}"),
+                       "direct": (llama_url + PATH, direct)}
+            for concurrency in (1, 8):
+                report(concurrency, asyncio.run(measure(targets, args.requests, args.rounds,
+                                                        concurrency)))
 
 
 if __name__ == "__main__":
