@@ -53,7 +53,7 @@ class Admission:
         except BaseException:
             if waiter.done() and not waiter.cancelled():
                 self._release()  # the slot was handed over as we were cancelled: pass it on
-            else:
+            elif waiter in self._waiting:  # _release may have skipped it already
                 self._waiting.remove(waiter)
             raise
 

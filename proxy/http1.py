@@ -61,6 +61,7 @@ class _Connection(asyncio.Protocol):
         self._body = bytearray()  # decoded chunks so far
         self._pos = 0  # parse position in _buffer, chunked only
         self._extra = False  # bytes beyond the answer arrived with it
+        self._received = False  # any byte of the answer (an interim 1xx included)
 
     # -- asyncio.Protocol ------------------------------------------------------
 
@@ -71,6 +72,7 @@ class _Connection(asyncio.Protocol):
         if self._waiter is None or self._waiter.done():
             self.reusable = False  # bytes nobody asked for: never reuse this connection
             return
+        self._received = True
         self._buffer += data
         try:
             done = self._parse()
@@ -86,9 +88,10 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        if self._head is not None and self._length is None and not self._chunked:
+        if (exc is None and self._head is not None and self._length is None
+                and not self._chunked):
             self._finish(bytes(self._buffer))  # the body runs until the server closes
-        elif not self._buffer:
+        elif not self._received:
             self._fail(Disconnected("llama-server closed the connection before answering"))
         else:
             self._fail(ResponseError("the answer was cut short"))
@@ -97,6 +100,8 @@ class _Connection(asyncio.Protocol):
 
     async def exchange(self, request: bytes, timeout_s: float) -> Response:
         """Write ``request``; the answer, or ``TimeoutError`` after ``timeout_s``."""
+        if timeout_s <= 0:
+            raise TimeoutError("no time left to send the request")
         waiter = self._send(request)
         timer = self._loop.call_later(timeout_s, self._time_out)
         try:
@@ -113,7 +118,7 @@ class _Connection(asyncio.Protocol):
         self._buffer.clear()
         self._body.clear()
         self._head, self._length, self._chunked, self._pos = None, None, False, 0
-        self._extra = False
+        self._extra = self._received = False
         self.reusable = False
         self.transport.write(request)
         return self._waiter
@@ -129,6 +134,8 @@ class _Connection(asyncio.Protocol):
         self.reusable = (
             self.transport is not None and headers.get("connection", "").lower() != "close"
             and (self._length is not None or self._chunked) and not self._extra
+            # an early answer (a refusal) can come before the whole body was sent
+            and self.transport.get_write_buffer_size() == 0
         )
         self._waiter.set_result(Response(status, headers, body))
 
@@ -238,16 +245,23 @@ class ConnectionPool:
     ) -> Response:
         """Send one request; ``Disconnected`` only when nothing was answered,
         ``TimeoutError`` when the whole answer took longer than ``timeout_s``
-        (connecting has its own, shorter limit)."""
+        (waiting for a free connection and connecting included; connecting
+        has its own, shorter limit too)."""
         head = [f"{method} {self._prefix}{path} HTTP/1.1\r\n".encode("latin-1"), self._head_tail]
         for name, value in (headers or {}).items():
             head.append(f"{name}: {value}\r\n".encode("latin-1"))
         head.append(b"Content-Length: %d\r\n\r\n" % len(body) if body is not None else b"\r\n")
         message = b"".join(head) + (body or b"")
-        async with self._limit:
-            conn = self._take_idle() or await self._connect()
+        deadline = time.monotonic() + timeout_s
+        if self._limit.locked():  # every connection busy: the wait counts against timeout_s
+            async with asyncio.timeout(timeout_s):
+                await self._limit.acquire()
+        else:
+            await self._limit.acquire()
+        try:
+            conn = self._take_idle() or await self._connect(deadline)
             try:
-                response = await conn.exchange(message, timeout_s)
+                response = await conn.exchange(message, deadline - time.monotonic())
             except BaseException:
                 conn.abort()
                 raise
@@ -257,6 +271,8 @@ class ConnectionPool:
             else:
                 conn.abort()
             return response
+        finally:
+            self._limit.release()
 
     async def close(self) -> None:
         self._closed = True
@@ -273,11 +289,11 @@ class ConnectionPool:
             conn.abort()
         return None
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, deadline: float) -> _Connection:
         if self._closed:
             raise Disconnected("the connection pool is closed")
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self._connect_timeout_s):
+        async with asyncio.timeout(min(self._connect_timeout_s, deadline - time.monotonic())):
             _, conn = await loop.create_connection(
                 lambda: _Connection(loop), self._host, self._port)
         return conn

@@ -46,7 +46,8 @@ _UNKNOWN_VOCAB = 1 << 18  # llama-server clamps n_probs to its vocabulary
 _TOKENIZE_BATCH = 32
 _MAX_TEMPLATES = 32  # distinct chat_template_kwargs remembered
 _MAX_KWARGS_CHARS = 4096
-_MAX_LAYOUTS = 512  # distinct (options, labels) layouts remembered
+_MAX_LAYOUTS = 512  # distinct (options, labels) layouts remembered ...
+_MAX_LAYOUT_CHARS = 8192  # ... each at most this long: at most ~10 MB in all
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,9 @@ class DecisionService:
         self._slots: int | None = None
         self._contexts: dict[str, str] = {}  # template kwargs (JSON) -> answer context
         self._token_ids: dict[str, dict[str, int | None]] = {}  # context -> label -> id
-        # (template kwargs, option count) -> labels assigned: the lock-free fast path
-        self._assigned: dict[tuple[str, int], tuple[tuple[str, int], ...]] = {}
+        # (template kwargs, option count) -> the model and the labels assigned for it:
+        # the lock-free fast path, used only while that model is still the one served
+        self._assigned: dict[tuple[str, int], tuple[ModelInfo, tuple[tuple[str, int], ...]]] = {}
         self._layouts: dict[tuple[Any, ...], tuple[str, str]] = {}  # see _layout
 
     async def decide(
@@ -236,9 +238,9 @@ class DecisionService:
         if len(key) > _MAX_KWARGS_CHARS:
             raise InvalidRequest(f"chat_template_kwargs is over {_MAX_KWARGS_CHARS} characters",
                                  param="chat_template_kwargs")
-        info, assigned = self._info, self._assigned.get((key, n))
-        if info is not None and assigned is not None:
-            return info, assigned  # the common case: a known template and option count
+        known = self._assigned.get((key, n))
+        if known is not None and known[0] is self._info:
+            return known  # the common case: a known template and option count, same model
         async with self._lock:
             info = await self.model()
             context = self._contexts.get(key)
@@ -265,7 +267,7 @@ class DecisionService:
                 raise InvalidRequest(
                     f"{exc}: this model can answer at most {_usable(ids)} options",
                     code="too_many_options") from exc
-            self._assigned[(key, n)] = assigned
+            self._assigned[(key, n)] = (info, assigned)
         return info, assigned
 
     async def _verify_until(self, n: int, context: str, ids: dict[str, int | None]) -> None:
@@ -288,9 +290,11 @@ class DecisionService:
         key = (question.kind, question.instructions, question.shown, names)
         layout = self._layouts.get(key)
         if layout is None:
-            if len(self._layouts) >= _MAX_LAYOUTS:  # callers choose the options: bounded
-                del self._layouts[next(iter(self._layouts))]
-            layout = self._layouts[key] = (options_block(question, names), gbnf_alternatives(names))
+            layout = (options_block(question, names), gbnf_alternatives(names))
+            if len(layout[0]) <= _MAX_LAYOUT_CHARS:  # callers choose the options: bounded
+                if len(self._layouts) >= _MAX_LAYOUTS:
+                    del self._layouts[next(iter(self._layouts))]
+                self._layouts[key] = layout
         return layout
 
     def _forget(self) -> None:

@@ -46,6 +46,7 @@ _HOP_HEADERS = frozenset(
 # llama-server closes idle connections after 5 s; drop ours before it does,
 # or a request can be written into a connection that is closing.
 _KEEPALIVE_S = 4.0
+_ABSENT = object()
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,10 @@ class NextToken:
         """The log-probabilities of ``token_ids``; ``None`` if any is not in this read."""
         out = []
         for tid in token_ids:
-            value = self.logprobs.get(tid)
-            if value is None:
+            value = self.logprobs.get(tid, _ABSENT)
+            if value is _ABSENT:
                 return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value > 0:
+            if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value > 0:
                 raise UpstreamBadResponse(
                     f"llama-server sent {value!r} as the log-probability of token {tid}")
             out.append(float(value))
@@ -283,7 +284,9 @@ class Upstream:
             return exc
         if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
             return UpstreamTimeout("llama-server did not answer in time")
-        if isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError)):
+        # OSError: refused, reset, unreachable, a name that does not resolve (a
+        # TimeoutError is an OSError too, which is why it is matched first)
+        if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
             return UpstreamUnavailable(
                 f"llama-server is unreachable: {type(exc).__name__}",
                 retry_after_s=self._retry_after,

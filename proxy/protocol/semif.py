@@ -57,7 +57,7 @@ class SemifCall:
 # and a call is a pure function of its JSON (key order included: it orders options).
 _PARSED: dict[bytes, SemifCall] = {}
 _MAX_PARSED = 512
-_MAX_KEY_BYTES = 64 * 1024
+_MAX_KEY_BYTES = 8 * 1024  # with _MAX_PARSED: a few MB at most
 
 
 def parse_semif(raw: object) -> SemifCall:

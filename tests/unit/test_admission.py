@@ -116,3 +116,33 @@ async def test_a_slot_handed_to_a_waiter_cancelled_in_the_same_step_is_passed_on
     assert order == ["a", "c"] and isinstance(results[1], asyncio.CancelledError)
     async with admission.admit():  # and nothing leaked
         pass
+
+
+async def test_a_waiter_cancelled_in_the_step_that_frees_its_slot_just_leaves():
+    admission = Admission(max_active=1, max_queued=5, deadline_s=5, retry_after_s=1)
+    go = asyncio.Event()
+
+    async def waiter() -> None:
+        async with admission.admit():
+            pass
+
+    queued = None
+
+    async def holder() -> None:
+        async with admission.admit():
+            await go.wait()
+            queued.cancel()  # the queued one is cancelled and, in the same step,
+        # this exit frees the slot before the cancelled task has run
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0.01)
+    queued = asyncio.create_task(waiter())
+    await asyncio.sleep(0.01)
+    go.set()
+    await first
+    with pytest.raises(asyncio.CancelledError):  # not a ValueError from the queue
+        await queued
+    assert admission.queued == 0
+    async with asyncio.timeout(1):
+        async with admission.admit():  # the slot is free
+            pass

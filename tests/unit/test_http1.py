@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import Callable
 
 import pytest
@@ -209,3 +211,65 @@ async def test_refused_connections_raise_oserror():
 def test_only_plain_http_urls(url):
     with pytest.raises(ValueError, match="only http://"):
         ConnectionPool(url, limit=1, keepalive_s=1, connect_timeout_s=1)
+
+
+async def test_waiting_for_a_free_connection_counts_against_the_timeout():
+    async with ScriptedServer(lambda i: ([b"HTTP/1.1 200 OK\r\n"], False)) as server:
+        client = pool(server.url, limit=1)
+        stuck = asyncio.create_task(client.request("GET", "/", timeout_s=30))
+        await asyncio.sleep(0.1)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(TimeoutError):
+            await client.request("GET", "/", timeout_s=0.3)
+        assert asyncio.get_running_loop().time() - started < 1.0
+        stuck.cancel()
+        await client.close()
+
+
+async def test_an_answer_before_the_whole_body_was_sent_does_not_reuse_the_connection():
+    connections = []
+
+    async def early(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        await reader.readuntil(b"\r\n\r\n")  # the head only: the body is never read
+        writer.write(b"HTTP/1.1 413 Too Large\r\nContent-Length: 2\r\n\r\nno")
+        await writer.drain()
+
+    server = await asyncio.start_server(early, "127.0.0.1", 0)
+    client = pool("http://127.0.0.1:%d" % server.sockets[0].getsockname()[1])
+    for _ in range(2):
+        answer = await client.request("POST", "/", b"x" * (32 << 20), timeout_s=5)
+        assert (answer.status, answer.body) == (413, b"no")
+    await client.close()
+    for writer in connections:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+    assert len(connections) == 2  # the half-sent one was dropped, not pooled
+
+
+async def test_a_reset_while_reading_to_close_is_an_error_not_an_answer():
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"choices\": [")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # RST, not FIN
+
+    server = await asyncio.start_server(reset, "127.0.0.1", 0)
+    client = pool("http://127.0.0.1:%d" % server.sockets[0].getsockname()[1])
+    with pytest.raises(ResponseError, match="cut short"):
+        await client.request("GET", "/", timeout_s=5)
+    await client.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_a_close_after_an_interim_answer_is_not_resendable():
+    async with ScriptedServer(lambda i: ([b"HTTP/1.1 100 Continue\r\n\r\n"], True)) as server:
+        client = pool(server.url)
+        with pytest.raises(ResponseError, match="cut short"):
+            await client.request("GET", "/", timeout_s=5)
+        await client.close()

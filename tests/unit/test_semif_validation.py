@@ -136,3 +136,11 @@ def test_invalid_calls_are_refused_every_time():
     for _ in range(2):
         with pytest.raises(InvalidRequest, match="at least 2"):
             parse_semif({"options": ["only"]})
+
+
+def test_very_large_calls_are_parsed_but_not_remembered():
+    from proxy.protocol import semif
+
+    big = {"options": {"a": "x" * 10_000, "b": None}}
+    assert parse_semif(big) is not parse_semif(big)
+    assert all(len(key) <= semif._MAX_KEY_BYTES for key in semif._PARSED)

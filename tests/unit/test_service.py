@@ -118,3 +118,27 @@ async def test_remembered_layouts_give_the_same_read_as_fresh_ones():
     assert sent[0] == sent[1]
     assert sent[2][0] != sent[0][0] and "A: x\nC: z\nD: y" in sent[2][0]
     assert sent[2][1] == sent[0][1] == 'root ::= "A" | "C" | "D"'
+
+
+async def test_labels_verified_for_a_model_that_was_replaced_meanwhile_are_not_reused():
+    up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 4)
+    service = DecisionService(up, n_probs=8)
+    question = choice_question(["x", "y"])
+    await service.decide([{"role": "user", "content": "q"}], question)
+    old = service._info
+    service._forget()  # another request saw a new model and asked for it ...
+    up.model = "another"
+    await service.model()
+    # ... while a request verifying labels for the old one wrote its result late
+    service._assigned[('{"enable_thinking":false}', 2)] = (old, (("A", 1), ("C", 2)))
+    out = await service.decide([{"role": "user", "content": "q"}], question)
+    assert out.model == "another" and out.labels == ("A", "C")
+    assert out.decision.probabilities[0] > 0.5  # ids 49 and 51, not the stale 1 and 2
+
+
+async def test_very_long_option_layouts_are_not_remembered():
+    up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 2)
+    service = DecisionService(up, n_probs=8)
+    for options in (["x", "y"], ["x" * 9000, "y"]):
+        await service.decide([{"role": "user", "content": "q"}], choice_question(options))
+    assert [key[2][0][:3] for key in service._layouts] == ["x"]

@@ -163,8 +163,19 @@ def test_label_log_probabilities_from_a_read(value, wanted, result):
     assert read.of(wanted) == result
 
 
-@pytest.mark.parametrize("value", ["high", True, 0.5, [1], {"x": 1}])
+@pytest.mark.parametrize("value", ["high", True, 0.5, [1], {"x": 1}, None])
 def test_nonsense_label_log_probabilities_are_bad_responses(value):
     read = NextToken({49: value}, "m", 10, 3)
     with pytest.raises(UpstreamBadResponse, match="log-probability of token 49"):
         read.of([49])
+
+
+async def test_a_name_that_does_not_resolve_is_unavailable():
+    up = Upstream(Settings(upstream_url="http://nonexistent.invalid:8081", connect_timeout_s=10))
+    try:
+        with pytest.raises(UpstreamUnavailable) as caught:
+            await up.next_token([{"role": "user", "content": "q"}], labels_grammar='root ::= "A"',
+                                n_probs=2, template_kwargs=None)
+    finally:
+        await up.close()
+    assert caught.value.status == 503
