@@ -142,7 +142,7 @@ class Upstream:
             "cache_prompt": True,
             "chat_template_kwargs": dict(template_kwargs or {}),
         }
-        data = await self._post_json("/v1/chat/completions", body)
+        data = await self._request_json("POST", "/v1/chat/completions", body)
         try:
             first = data["choices"][0]["logprobs"]["content"][0]
             top = {e["id"]: e["logprob"] for e in first["top_logprobs"]}
@@ -161,14 +161,14 @@ class Upstream:
     ) -> str:
         """The prompt text the model's chat template makes of ``messages``."""
         body = {"messages": messages, "chat_template_kwargs": dict(template_kwargs or {})}
-        data = await self._post_json("/apply-template", body)
+        data = await self._request_json("POST", "/apply-template", body)
         prompt = data.get("prompt") if isinstance(data, dict) else None
         if not isinstance(prompt, str):
             raise UpstreamBadResponse("llama-server's /apply-template answer has no prompt")
         return prompt
 
     async def tokenize(self, text: str) -> list[int]:
-        data = await self._post_json("/tokenize", {"content": text, "add_special": False})
+        data = await self._request_json("POST", "/tokenize", {"content": text, "add_special": False})
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise UpstreamBadResponse("llama-server's /tokenize answer has no token ids")
@@ -242,9 +242,6 @@ class Upstream:
             raise self._translate(exc) from exc
 
     # -- plumbing -------------------------------------------------------------
-
-    async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
-        return await self._request_json("POST", path, body)
 
     async def _request_json(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         data = None if body is None else orjson.dumps(body)

@@ -21,7 +21,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if body.get("semif") is None:
         return await relay(request, request.app[UPSTREAM], raw, "/v1/chat/completions")
     request[KIND] = "decision"
-    check_depth(body)
+    check_depth(body, raw)
     call = parse_semif(body["semif"])
     refuse_incompatible(body)
     stream = body.get("stream", False)

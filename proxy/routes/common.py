@@ -28,8 +28,13 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
-    """Refuse (400) a body nested deeper than ``limit`` arrays and objects."""
+def check_depth(value: Any, raw: bytes | None = None, limit: int = MAX_DEPTH) -> None:
+    """Refuse (400) a body nested deeper than ``limit`` arrays and objects.
+
+    ``raw``, the body's bytes, settles most bodies at C speed: with no more than
+    ``limit`` opening brackets in all (inside strings too), none can be deeper."""
+    if raw is not None and raw.count(b"[") + raw.count(b"{") <= limit:
+        return
     todo = [(value, 1)] if isinstance(value, (dict, list)) else []
     while todo:
         node, depth = todo.pop()

@@ -15,8 +15,9 @@ __all__ = ["decisions"]
 
 async def decisions(request: web.Request) -> web.Response:
     request[KIND] = "decision"
-    body = json_object(await request.read())
-    check_depth(body)
+    raw = await request.read()
+    body = json_object(raw)
+    check_depth(body, raw)
     call = parse_request(body)
     limit = request.app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:

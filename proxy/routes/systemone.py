@@ -34,7 +34,7 @@ async def system_one(request: web.Request) -> web.StreamResponse:
         body = json_object(raw)
     except InvalidRequest as err:
         raise Unprocessable([{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]) from err
-    check_depth(body)
+    check_depth(body, raw)
     call = parse_request(body)  # validated before llama-server is asked anything
     service = request.app[SERVICE]
     info = await service.model()
