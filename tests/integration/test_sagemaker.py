@@ -105,15 +105,16 @@ def test_sigterm_drains_in_flight_requests_then_exits(endpoint):
     def call():
         result["resp"] = httpx.post(url + "/invocations", timeout=60, json={
             "messages": [{"role": "user", "content": "route it"}], "semif": {"options": options}})
+        result["answered"] = time.monotonic()
 
     worker = threading.Thread(target=call)
     worker.start()
-    time.sleep(0.5)  # the request is in flight
+    time.sleep(0.5)  # the request is in flight (it takes 15-30 s on 2 cores)
     proxy.send_signal(signal.SIGTERM)
-    started = time.monotonic()
     worker.join(60)
     assert result["resp"].status_code == 200
     assert len(result["resp"].json()["semif"]["probabilities"]) == 200
-    proxy.wait(30)
-    assert time.monotonic() - started < 30
+    proxy.wait(15)
+    # drained: answered first, then gone promptly (the request's own time is not the point)
+    assert time.monotonic() - result["answered"] < 10
     assert proxy.returncode == 0
