@@ -284,7 +284,8 @@ class ConnectionPool:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()  # the most recently used is the least likely to be stale
-            if conn.reusable and conn.transport is not None and now - conn.idle_since < self._keepalive_s:
+            fresh = now - conn.idle_since < self._keepalive_s
+            if conn.reusable and conn.transport is not None and fresh:
                 return conn
             conn.abort()
         return None

@@ -1,12 +1,14 @@
 """The only module that knows llama-server's HTTP endpoints and JSON.
 
-Everything it returns is one of our own types; every failure leaves it as an
-``UpstreamError`` (see ``errors.py``), chaining the aiohttp or JSON cause:
+Decision reads (JSON calls) go through ``http1.ConnectionPool``; pass-through
+traffic, streams included, through an aiohttp session. Everything returned is
+one of our own types; every failure leaves as an ``UpstreamError`` (see
+``errors.py``), chaining the cause (http1, aiohttp, OSError or JSON):
 
-    connection refused / reset, 503 loading  -> UpstreamUnavailable (503)
-    no answer in time                        -> UpstreamTimeout (504)
-    4xx to a request built from client input -> UpstreamRejected (400)
-    5xx, 401/403, unparsable or odd JSON     -> UpstreamBadResponse (502)
+    refused / reset / unresolvable, 503 loading -> UpstreamUnavailable (503)
+    no answer in time                           -> UpstreamTimeout (504)
+    4xx to a request built from client input    -> UpstreamRejected (400)
+    5xx, 401/403, unparsable HTTP or JSON       -> UpstreamBadResponse (502)
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class NextToken:
             value = self.logprobs.get(tid, _ABSENT)
             if value is _ABSENT:
                 return None
-            if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value > 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value > 0:
                 raise UpstreamBadResponse(
                     f"llama-server sent {value!r} as the log-probability of token {tid}")
             out.append(float(value))
@@ -168,7 +170,8 @@ class Upstream:
         return prompt
 
     async def tokenize(self, text: str) -> list[int]:
-        data = await self._request_json("POST", "/tokenize", {"content": text, "add_special": False})
+        body = {"content": text, "add_special": False}
+        data = await self._request_json("POST", "/tokenize", body)
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise UpstreamBadResponse("llama-server's /tokenize answer has no token ids")
