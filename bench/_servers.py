@@ -8,8 +8,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -17,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.stack import start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
-__all__ = ["free_port", "llama_server", "proxy", "proxy_process", "ROOT"]
+__all__ = ["free_port", "llama_server", "proxy", "proxy_process", "bare_relay", "ROOT"]
 
 
 def free_port() -> int:
@@ -27,31 +28,49 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
+def _serving(start: Callable[[int, IO[bytes]], subprocess.Popen], timeout_s: float
+             ) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Start a server on a free port (its output to a temporary log), wait for its
+    /health, yield its URL and process, stop it on the way out."""
+    port = free_port()
+    with tempfile.TemporaryFile() as log:
+        proc = start(port, log)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=timeout_s)
+            yield f"http://127.0.0.1:{port}", proc
+        finally:
+            stop(proc)
+
+
+@contextlib.contextmanager
 def llama_server(binary: Path | None = None, extra: list[str] | None = None) -> Iterator[str]:
     binary = binary or Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
     model = Path(os.environ.get("MODEL") or ensure_model())
-    port = free_port()
-    with tempfile.TemporaryFile() as log:
-        proc = start_llama_server(binary, model, port, extra, log=log)
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/health", proc)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            stop(proc)
+    with _serving(lambda port, log: start_llama_server(binary, model, port, extra, log=log),
+                  timeout_s=180) as (url, _):
+        yield url
 
 
 @contextlib.contextmanager
 def proxy_process(upstream_url: str, extra: list[str] | None = None
                   ) -> Iterator[tuple[str, subprocess.Popen]]:
     """The proxy's URL and its process (for its PID: RSS, /proc)."""
-    port = free_port()
-    with tempfile.TemporaryFile() as log:
-        proc = start_proxy(port, upstream_url, extra, log=log)
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=30)
-            yield f"http://127.0.0.1:{port}", proc
-        finally:
-            stop(proc)
+    with _serving(lambda port, log: start_proxy(port, upstream_url, extra, log=log),
+                  timeout_s=30) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def bare_relay(upstream_url: str, body: bytes) -> Iterator[str]:
+    """bench/_relay.py: the proxy's aiohttp server and upstream client, no decision logic."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        f.write(body)
+        f.flush()
+        command = [sys.executable, str(ROOT / "bench" / "_relay.py"), upstream_url]
+        with _serving(lambda port, log: subprocess.Popen(
+                [*command, str(port), f.name], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True), timeout_s=30) as (url, _):
+            yield url
 
 
 @contextlib.contextmanager

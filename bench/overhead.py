@@ -15,18 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 
 import aiohttp
 import orjson
-from _servers import ROOT, free_port, llama_server, proxy
-
-from scripts.stack import stop, wait_ready
+from _servers import bare_relay, llama_server, proxy
 
 from proxy.config import Settings
 from proxy.decision.labels import gbnf_alternatives
@@ -111,22 +105,6 @@ def report(concurrency, results) -> None:
         p50, p99, thr = rows[name]
         print(f"  {name + '/':8}{p50 / dp50:10.3f}{p99 / dp99:10.3f}{thr / dthr:10.3f}"
               "   (ratio to direct)")
-
-
-@contextlib.contextmanager
-def bare_relay(llama_url: str, body: bytes):
-    """bench/_relay.py: aiohttp and proxy.http1 with no decision logic."""
-    port = free_port()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        f.write(body)
-        f.flush()
-        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_relay.py"), llama_url,
-                                 str(port), f.name], cwd=ROOT)
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=30)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            stop(proc)
 
 
 def main() -> None:

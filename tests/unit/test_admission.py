@@ -8,9 +8,10 @@ from proxy.admission import Admission
 from proxy.errors import Overloaded, UpstreamTimeout
 
 
-async def _hold(admission: Admission, release: asyncio.Event, started: list) -> None:
+async def _hold(admission: Admission, release: asyncio.Event, started: list,
+                mark: object = 1) -> None:
     async with admission.admit():
-        started.append(1)
+        started.append(mark)
         await release.wait()
 
 
@@ -74,16 +75,11 @@ async def test_cancelled_waiters_leave_no_slot_behind_and_order_is_kept():
     admission = Admission(max_active=1, max_queued=5, deadline_s=5, retry_after_s=1)
     release, order = asyncio.Event(), []
 
-    async def job(name: str) -> None:
-        async with admission.admit():
-            order.append(name)
-            await release.wait()
-
-    first = asyncio.create_task(job("first"))
+    first = asyncio.create_task(_hold(admission, release, order, "first"))
     await asyncio.sleep(0.01)
-    doomed, second = asyncio.create_task(job("doomed")), None
+    doomed = asyncio.create_task(_hold(admission, release, order, "doomed"))
     await asyncio.sleep(0.01)
-    second = asyncio.create_task(job("second"))
+    second = asyncio.create_task(_hold(admission, release, order, "second"))
     await asyncio.sleep(0.01)
     doomed.cancel()  # cancelled while queued
     release.set()
@@ -91,7 +87,7 @@ async def test_cancelled_waiters_leave_no_slot_behind_and_order_is_kept():
     assert order == ["first", "second"] and admission.queued == 0
     # the slot is free again: one more runs at once, then a second
     release.clear()
-    held = asyncio.create_task(job("third"))
+    held = asyncio.create_task(_hold(admission, release, order, "third"))
     await asyncio.sleep(0.01)
     assert order[-1] == "third"
     release.set()
@@ -102,12 +98,7 @@ async def test_a_slot_handed_to_a_waiter_cancelled_in_the_same_step_is_passed_on
     admission = Admission(max_active=1, max_queued=5, deadline_s=5, retry_after_s=1)
     release, order = asyncio.Event(), []
 
-    async def job(name: str) -> None:
-        async with admission.admit():
-            order.append(name)
-            await release.wait()
-
-    tasks = [asyncio.create_task(job(n)) for n in ("a", "b", "c")]
+    tasks = [asyncio.create_task(_hold(admission, release, order, n)) for n in ("a", "b", "c")]
     await asyncio.sleep(0.01)
     release.set()
     await asyncio.sleep(0)  # "a" leaves and hands its slot to "b" ...
