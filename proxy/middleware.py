@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from .app_keys import API, KIND, METRICS, SETTINGS
+from .config import Settings
 from .errors import (
     InvalidRequest,
     ProxyError,
@@ -27,7 +28,7 @@ from .errors import (
 )
 from .metrics import after_reply, upstream_seconds
 
-__all__ = ["MIDDLEWARES", "OPEN_PATHS"]
+__all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "render_error"]
 
 log = logging.getLogger("proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,22 +71,34 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _authenticate(request: web.Request) -> None:
-    key = request.app[SETTINGS].api_key
-    if key and request.path not in OPEN_PATHS:
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if request.path not in OPEN_PATHS:
+        authenticate(request.app[SETTINGS], request.headers.get("Authorization", ""))
+
+
+def authenticate(settings: Settings, header: str) -> None:
+    """Refuse (401) a request whose ``Authorization`` header lacks the configured key."""
+    key = settings.api_key
+    if key:
+        scheme, _, token = header.partition(" ")
         given = token.strip().encode("utf-8", "surrogateescape")  # headers may hold any bytes
         if scheme.lower() != "bearer" or not hmac.compare_digest(given, key.encode()):
             raise Unauthorized("a valid 'Authorization: Bearer <key>' header is required")
 
 
 def _render(request: web.Request, err: ProxyError) -> web.Response:
-    metrics = request.app[METRICS]
+    api = request.get(API) or ("systemone" if request.path == "/v1/systemone" else "openai")
+    return render_error(request.app, request.method, request.path, api, err)
+
+
+def render_error(app: web.Application, method: str, path: str, api: str, err: ProxyError
+                 ) -> web.Response:
+    """``err`` counted and rendered in its API's error body ("openai" or "systemone")."""
+    metrics = app[METRICS]
     if isinstance(err, UpstreamError) and err.status >= 500:
-        log.warning("%s %s -> %d %s", request.method, request.path, err.status, err.message)
+        log.warning("%s %s -> %d %s", method, path, err.status, err.message)
         metrics.upstream_errors.labels(err.code).inc()
     elif err.status < 500:
         metrics.client_errors.labels(err.code).inc()
-    api = request.get(API) or ("systemone" if request.path == "/v1/systemone" else "openai")
     return system_one_error_response(err) if api == "systemone" else openai_error_response(err)
 
 

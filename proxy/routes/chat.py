@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from aiohttp import web
 
@@ -10,9 +12,10 @@ from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunk
 from ..profiles import calibrate, debias_for
 from ..protocol.semif import parse_semif, refuse_incompatible
+from ..service import Outcome
 from .common import check_depth, json_object, json_response, relay
 
-__all__ = ["chat_completions"]
+__all__ = ["chat_completions", "chat_decision", "is_fast_decision"]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -21,21 +24,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if body.get("semif") is None:
         return await relay(request, request.app[UPSTREAM], raw, "/v1/chat/completions")
     request[KIND] = "decision"
-    check_depth(body, raw)
-    call = parse_semif(body["semif"])
-    refuse_incompatible(body)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise InvalidRequest("stream must be a boolean", param="stream")
-    model = body.get("model") if isinstance(body.get("model"), str) else None
-    service, store = request.app[SERVICE], request.app[PROFILES]
-    profile = store.select(call.calibration, param="semif.calibration")
-    if profile is not None:
-        store.check(profile, (await service.model()).id, param="semif.calibration")
-    outcome = calibrate(profile, await service.decide(
-        body["messages"], call.question, body.get("chat_template_kwargs"),
-        debias=debias_for(profile, call.question, call.debias),
-    ))
+    outcome, model, stream = await chat_decision(request.app, body, raw)
     if not stream:
         return json_response(completion_body(outcome, model))
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -45,3 +34,30 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
+
+
+def is_fast_decision(body: dict[str, Any]) -> bool:
+    """A decision answered with one JSON body (what ``front.py`` serves itself)."""
+    return body.get("semif") is not None and body.get("stream") is not True
+
+
+async def chat_decision(
+    app: web.Application, body: dict[str, Any], raw: bytes
+) -> tuple[Outcome, str | None, bool]:
+    """The decision a chat body with ``semif`` asks for: (outcome, model, stream)."""
+    check_depth(body, raw)
+    call = parse_semif(body["semif"])
+    refuse_incompatible(body)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise InvalidRequest("stream must be a boolean", param="stream")
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    service, store = app[SERVICE], app[PROFILES]
+    profile = store.select(call.calibration, param="semif.calibration")
+    if profile is not None:
+        store.check(profile, (await service.model()).id, param="semif.calibration")
+    outcome = calibrate(profile, await service.decide(
+        body["messages"], call.question, body.get("chat_template_kwargs"),
+        debias=debias_for(profile, call.question, call.debias),
+    ))
+    return outcome, model, stream

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from ..app_keys import KIND, SERVICE, SETTINGS
@@ -10,23 +12,27 @@ from ..protocol.decisions import parse_request, response_body
 from .common import check_depth, json_object, json_response
 from .systemone import accepted_model_names
 
-__all__ = ["decisions"]
+__all__ = ["decisions", "decisions_answer"]
 
 
 async def decisions(request: web.Request) -> web.Response:
     request[KIND] = "decision"
     raw = await request.read()
-    body = json_object(raw)
+    return json_response(await decisions_answer(request.app, json_object(raw), raw))
+
+
+async def decisions_answer(app: web.Application, body: dict[str, Any], raw: bytes
+                           ) -> dict[str, Any]:
     check_depth(body, raw)
     call = parse_request(body)
-    limit = request.app[SETTINGS].max_state_chars
+    limit = app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:
         raise InvalidRequest(f"the input is {len(call.state_text)} characters; the limit is {limit}",
                              param="input", code="input_too_long")
-    service = request.app[SERVICE]
+    service = app[SERVICE]
     accepted = accepted_model_names(await service.model())
     if call.model not in accepted:
         raise InvalidRequest(f"unknown model {call.model!r}; this server answers as {accepted}",
                              param="model", code="model_not_found")
     outcomes = await service.decide_many(call.state_text, call.questions)
-    return json_response(response_body(call, outcomes))
+    return response_body(call, outcomes)

@@ -8,6 +8,8 @@ told apart by shape:
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from ..app_keys import API
@@ -17,18 +19,27 @@ from .common import json_object
 from .decisions import decisions
 from .systemone import system_one
 
-__all__ = ["invocations"]
+__all__ = ["invocations", "body_shape"]
 
 
 async def invocations(request: web.Request) -> web.StreamResponse:
-    body = json_object(await request.read())  # read once; the handlers reuse aiohttp's copy
-    if "messages" in body:
+    shape = body_shape(json_object(await request.read()))  # the handlers reuse aiohttp's copy
+    if shape == "chat":
         return await chat_completions(request)
-    if "state" in body and isinstance(body.get("questions"), dict):
+    if shape == "systemone":
         request[API] = "systemone"
         return await system_one(request)
+    return await decisions(request)
+
+
+def body_shape(body: dict[str, Any]) -> str:
+    """Which API a body belongs to: "chat", "systemone" or "decisions"."""
+    if "messages" in body:
+        return "chat"
+    if "state" in body and isinstance(body.get("questions"), dict):
+        return "systemone"
     if "input" in body and isinstance(body.get("questions"), list):
-        return await decisions(request)
+        return "decisions"
     raise InvalidRequest(
         "the body is neither a chat completion (messages), a System One request "
         "(state, questions{}) nor a Decisions request (input, questions[])",

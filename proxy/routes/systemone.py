@@ -7,17 +7,18 @@ its ``output_modalities``) gets the request forwarded untouched instead.
 from __future__ import annotations
 
 from pathlib import PurePath
+from typing import Any
 
 from aiohttp import web
 
 from ..app_keys import KIND, PROFILES, SERVICE, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
 from ..profiles import calibrate, debias_for
-from ..protocol.systemone import DEFAULT_MODEL, parse_request, response_body
+from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, response_body
 from ..upstream import ModelInfo
 from .common import check_depth, json_object, json_response, relay
 
-__all__ = ["system_one", "accepted_model_names"]
+__all__ = ["system_one", "system_one_answer", "served_here", "accepted_model_names"]
 
 
 def accepted_model_names(info: ModelInfo) -> list[str]:
@@ -36,11 +37,23 @@ async def system_one(request: web.Request) -> web.StreamResponse:
         raise Unprocessable([{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]) from err
     check_depth(body, raw)
     call = parse_request(body)  # validated before llama-server is asked anything
-    service = request.app[SERVICE]
-    info = await service.model()
-    if "decisions" in info.output_modalities:
+    info = await request.app[SERVICE].model()
+    if not served_here(info):
         return await relay(request, request.app[UPSTREAM], raw, "/v1/systemone")
-    limit = request.app[SETTINGS].max_state_chars
+    return json_response(await system_one_answer(request.app, call, info))
+
+
+def served_here(info: ModelInfo | None) -> bool:
+    """Whether System One requests are answered by reading labels (not relayed):
+    known once the served model is, and true unless it is a decision model."""
+    return info is not None and "decisions" not in info.output_modalities
+
+
+async def system_one_answer(
+    app: web.Application, call: SystemOneCall, info: ModelInfo
+) -> dict[str, Any]:
+    """The System One answer to a validated request, read from the chat model ``info``."""
+    limit = app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:
         raise Unprocessable([{"loc": ["body", "state"], "type": "string_too_long",
                               "msg": f"the state is {len(call.state_text)} characters; "
@@ -52,12 +65,12 @@ async def system_one(request: web.Request) -> web.StreamResponse:
             "msg": f"unknown model {call.model!r}; this server answers as {accepted}",
             "type": "value_error",
         }])
-    store = request.app[PROFILES]
+    store = app[PROFILES]
     profile = store.select(call.calibration, param="x_calibration")
     if profile is not None:
         store.check(profile, info.id, param="x_calibration")
     debias = {qid: debias_for(profile, q, call.debias.get(qid, ()))
               for qid, q in call.questions.items()}
-    outcomes = await service.decide_many(call.state_text, call.questions, debias=debias)
+    outcomes = await app[SERVICE].decide_many(call.state_text, call.questions, debias=debias)
     calibrated = {qid: calibrate(profile, outcome) for qid, outcome in outcomes.items()}
-    return json_response(response_body(call.model or DEFAULT_MODEL, calibrated))
+    return response_body(call.model or DEFAULT_MODEL, calibrated)
