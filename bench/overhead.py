@@ -6,9 +6,11 @@ straight to llama-server, interleaved in one run, at concurrency 1 and 8.
 Prints p50/p99 latency and throughput for each target and the ratios to direct.
 Targets: latency ratio <= 1.05 at concurrency 1; throughput >= 0.95 of direct at 8.
 
-A third target, the bare relay (bench/_relay.py: the proxy's aiohttp server and
-upstream client, no decision logic), shows what any such hop costs here: the
-part of the ratio the proxy's own logic cannot remove.
+Two bare relays (bench/_relay.py: the proxy's upstream client and no decision
+logic) are measured beside them: ``hop``, served by a bare asyncio.Protocol as
+proxy/front.py serves decisions, shows what any Python hop costs here (the part
+of the ratio the proxy's own logic cannot remove); ``aiohttp``, served by an
+aiohttp application, what aiohttp's server adds to that.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def report(concurrency, results) -> None:
     for name, (p50, p99, thr) in rows.items():
         print(f"  {name:8}{p50:10.2f}{p99:10.2f}{thr:10.1f}")
     dp50, dp99, dthr = rows["direct"]
-    for name in ("proxy", "relay"):
+    for name in [n for n in rows if n != "direct"]:
         p50, p99, thr = rows[name]
         print(f"  {name + '/':8}{p50 / dp50:10.3f}{p99 / dp99:10.3f}{thr / dthr:10.3f}"
               "   (ratio to direct)")
@@ -115,9 +117,10 @@ def main() -> None:
     args = parser.parse_args()
     with llama_server(extra=args.llama_args.split()) as llama_url, proxy(llama_url) as proxy_url:
         direct = direct_body(asyncio.run(decision_labels(proxy_url)))
-        with bare_relay(llama_url, direct) as relay_url:
-            targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "relay": (relay_url + PATH, b"{}"),
-                       "direct": (llama_url + PATH, direct)}
+        with (bare_relay(llama_url, direct, "protocol") as hop_url,
+              bare_relay(llama_url, direct, "aiohttp") as aiohttp_url):
+            targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "hop": (hop_url + PATH, b"{}"),
+                       "aiohttp": (aiohttp_url + PATH, b"{}"), "direct": (llama_url + PATH, direct)}
             for concurrency in (1, 8):
                 report(concurrency, asyncio.run(measure(targets, args.requests, args.rounds,
                                                         concurrency)))
