@@ -18,7 +18,7 @@ from aiohttp import web
 from . import calibration
 from .app import create_app
 from .config import Settings, load_settings
-from .front import Front
+from .front import Server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,19 +34,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def serve(app: web.Application, settings: Settings) -> None:
-    """Serve until SIGINT or SIGTERM, then drain: no new connections, idle ones
-    closed, requests in progress given ``shutdown_timeout_s`` to finish."""
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None,
-        handler_cancellation=True,  # a client that disconnects cancels its upstream call
-        shutdown_timeout=settings.shutdown_timeout_s,
-    )
-    await runner.setup()
-    assert runner.server is not None
-    front = Front(app, runner.server)  # plain decisions here; the rest to aiohttp
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(front, settings.host, settings.port)
+    """Serve until SIGINT or SIGTERM, then drain (see ``Server.close``)."""
+    server = Server(app, settings)
+    await server.start()
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     # Everything built so far lives as long as the process: keep it out of the
@@ -55,11 +47,7 @@ async def serve(app: web.Application, settings: Settings) -> None:
     try:
         await stop.wait()
     finally:
-        server.close()
-        runner.server.pre_shutdown()
-        await asyncio.gather(front.shutdown(settings.shutdown_timeout_s),
-                             runner.server.shutdown(settings.shutdown_timeout_s))
-        await runner.cleanup()
+        await server.close()
 
 
 def _loop_factory():

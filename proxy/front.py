@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
@@ -29,6 +28,7 @@ import orjson
 from aiohttp import web
 
 from .app_keys import METRICS, SERVICE, SETTINGS
+from .config import Settings
 from .errors import InvalidRequest, ProxyError
 from .metrics import after_reply, upstream_seconds
 from .middleware import authenticate, render_error
@@ -40,26 +40,75 @@ from .routes.decisions import decisions_answer
 from .routes.invocations import body_shape
 from .routes.systemone import served_here, system_one_answer
 
-__all__ = ["Front"]
+__all__ = ["Server", "Front"]
 
 log = logging.getLogger("proxy")
 
 _MAX_HEAD = 8190  # longer heads go to aiohttp, whose limits decide
 _KEEPALIVE_S = 75.0  # idle keep-alive connections are closed after this (aiohttp's default)
-_HEADER = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*?)[ \t]*")
+# A head may hold tabs, CRLFs and any byte from space up, except DEL; a header's
+# name only these (RFC 9110 "token"). Deleting them must leave nothing.
+_HEAD_BYTES = b"\t\r\n" + bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100))
+_TOKEN = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
 
 # (api whose error shape answers the request, the coroutine that builds the JSON answer)
 Plan = tuple[str, Callable[[], Awaitable[Any]]]
 
 
+class Server:
+    """The proxy listening on ``settings.host:port``: the front on the socket,
+    aiohttp's server behind it for whatever the front hands over."""
+
+    def __init__(self, app: web.Application, settings: Settings, *,
+                 keepalive_s: float = _KEEPALIVE_S):
+        self._app, self._settings, self._keepalive_s = app, settings, keepalive_s
+        self._runner = web.AppRunner(
+            app, handle_signals=False, access_log=None,
+            handler_cancellation=True,  # a client that disconnects cancels its upstream call
+            keepalive_timeout=keepalive_s, shutdown_timeout=settings.shutdown_timeout_s,
+        )
+        self._front: Front | None = None
+        self._listener: asyncio.AbstractServer | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        assert self._runner.server is not None
+        self._front = Front(self._app, self._runner.server, keepalive_s=self._keepalive_s)
+        self._listener = await asyncio.get_running_loop().create_server(
+            self._front, self._settings.host, self._settings.port)
+
+    @property
+    def port(self) -> int:
+        assert self._listener is not None
+        return self._listener.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """Drain: no new connections, idle ones closed, requests in progress given
+        ``shutdown_timeout_s`` to finish (then cancelled), the application cleaned up."""
+        if self._closed:
+            return
+        self._closed = True
+        timeout_s = self._settings.shutdown_timeout_s
+        if self._listener is not None:
+            self._listener.close()
+        server = self._runner.server
+        if server is not None and self._front is not None:
+            server.pre_shutdown()
+            await asyncio.gather(self._front.shutdown(timeout_s), server.shutdown(timeout_s))
+        await self._runner.cleanup()
+
+
 class Front:
     """The protocol factory for the listening socket. ``handoff`` makes aiohttp's
     protocol for a connection (``AppRunner.server``)."""
 
-    def __init__(self, app: web.Application, handoff: Callable[[], asyncio.Protocol]):
+    def __init__(self, app: web.Application, handoff: Callable[[], asyncio.Protocol], *,
+                 keepalive_s: float = _KEEPALIVE_S):
         self._app = app
         self._handoff = handoff
+        self.keepalive_s = keepalive_s
         self._settings = app[SETTINGS]
         self._metrics = app[METRICS]
         self._service = app[SERVICE]
@@ -77,7 +126,8 @@ class Front:
 
     async def shutdown(self, timeout_s: float) -> None:
         """Close idle connections; give requests in progress ``timeout_s`` to finish
-        (their connections close after the answer), then cancel the rest."""
+        (their connections close after the answer), then cancel the rest and close
+        their connections unanswered."""
         self.closing = True
         busy = []
         for conn in list(self._connections):
@@ -90,6 +140,8 @@ class Front:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        for conn in list(self._connections):  # those cancelled, and any still arriving
+            conn.close()
 
     # -- what is served here: the answer, or None to hand the request to aiohttp --
 
@@ -178,6 +230,7 @@ class _Connection(asyncio.Protocol):
         self._keep_alive = True
         self._paused = False
         self._idle: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
         self.task: asyncio.Task[None] | None = None
 
     # asyncio.Protocol
@@ -234,9 +287,6 @@ class _Connection(asyncio.Protocol):
         del self._buffer[:start + length]
         self._head = None
         self._keep_alive = keep_alive and not self._front.closing
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
         self.task = asyncio.get_running_loop().create_task(self._serve(path, plan, auth))
 
     async def _serve(self, path: bytes, plan: Plan, auth: str) -> None:
@@ -270,7 +320,23 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
 
     def _wait_idle(self) -> None:
-        self._idle = asyncio.get_running_loop().call_later(_KEEPALIVE_S, self.close)
+        """Close the connection once it has been idle for ``keepalive_s``: one timer per
+        connection, re-armed only when it fires (not rescheduled per request)."""
+        loop = asyncio.get_running_loop()
+        self._idle_since = loop.time()
+        if self._idle is None:
+            self._idle = loop.call_at(self._idle_since + self._front.keepalive_s, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        self._idle = None
+        if self.task is not None:
+            return  # busy: re-armed once the answer is written
+        due = self._idle_since + self._front.keepalive_s
+        loop = asyncio.get_running_loop()
+        if loop.time() >= due:
+            self.close()
+        else:
+            self._idle = loop.call_at(due, self._close_if_idle)
 
     def _hand_off(self) -> None:
         """Give the connection, and every byte not yet answered, to aiohttp."""
@@ -290,6 +356,8 @@ def _parse_head(head: bytes) -> tuple[bytes, int, bool, str] | None:
     """(path, Content-Length, keep-alive, Authorization) of a request this front
     serves; ``None`` for anything else (aiohttp answers those)."""
     lines = head.split(b"\r\n")
+    if head.translate(None, _HEAD_BYTES) or head.count(b"\n") != len(lines) - 1:
+        return None  # control bytes, or a bare CR or LF
     parts = lines[0].split(b" ")
     if (len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1"
             or not parts[1].startswith(b"/")):
@@ -297,10 +365,10 @@ def _parse_head(head: bytes) -> tuple[bytes, int, bool, str] | None:
     length: int | None = None
     keep_alive, auth = True, None
     for line in lines[1:]:
-        match = _HEADER.fullmatch(line)
-        if match is None:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name.translate(None, _TOKEN):
             return None
-        name, value = match.group(1).lower(), match.group(2)
+        name, value = name.lower(), value.strip(b" \t")
         if name == b"content-length":
             if length is not None or not value.isdigit():
                 return None

@@ -122,26 +122,30 @@ class Metrics:
         self.client_errors = Counter(
             "semif_client_errors", "4xx answers by reason", ["reason"], registry=r)
 
-        self._route: dict[str, tuple[Any, Any, Any]] = {}
+        self._route: dict[str, tuple[Any, Any]] = {}
         self._latency: dict[tuple[str, str, str], Any] = {}
         self._confidence: dict[str, Any] = {}
+        self._active: dict[str, int] = {}  # in flight by route, read by the gauge at scrape time
 
     # Label lookups are cached: each costs a lock and a dict walk per call.
 
     def request_started(self, route: str) -> None:
-        children = self._route.get(route)
-        if children is None:
-            children = self._route[route] = (
-                self.in_flight.labels(route), self.upstream_time.labels(route),
-                self.proxy_time.labels(route),
-            )
-        children[0].inc()
+        """On the answer's path: a plain count, no lock (the gauge reads it when scraped)."""
+        active = self._active
+        if route in active:
+            active[route] += 1
+        else:
+            active[route] = 1
+            self.in_flight.labels(route).set_function(lambda: active[route])
 
     def request_finished(
         self, route: str, kind: str, status: int, elapsed_s: float, upstream_s: float
     ) -> None:
-        in_flight, upstream_time, proxy_time = self._route[route]
-        in_flight.dec()
+        self._active[route] -= 1
+        children = self._route.get(route)
+        if children is None:
+            children = self._route[route] = (
+                self.upstream_time.labels(route), self.proxy_time.labels(route))
         outcome = "ok" if status < 400 else "client_error" if status < 500 else "upstream_error"
         key = (route, kind, outcome)
         latency = self._latency.get(key)
@@ -149,8 +153,8 @@ class Metrics:
             latency = self._latency[key] = self.latency.labels(*key)
         latency.observe(elapsed_s)
         if kind == "decision" and status < 400:
-            upstream_time.observe(upstream_s)
-            proxy_time.observe(max(0.0, elapsed_s - upstream_s))
+            children[0].observe(upstream_s)
+            children[1].observe(max(0.0, elapsed_s - upstream_s))
 
     def decision(self, decision: Decision, reads: int) -> None:
         probs = decision.probabilities

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -48,6 +49,8 @@ _MAX_TEMPLATES = 32  # distinct chat_template_kwargs remembered
 _MAX_KWARGS_CHARS = 4096
 _MAX_LAYOUTS = 512  # distinct (options, labels) layouts remembered ...
 _MAX_LAYOUT_CHARS = 8192  # ... each at most this long: at most ~10 MB in all
+_NO_THINKING: Mapping[str, Any] = MappingProxyType({"enable_thinking": False})  # the default
+_NO_THINKING_KEY = orjson.dumps(dict(_NO_THINKING), option=orjson.OPT_SORT_KEYS).decode()
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ class DecisionService:
         """One question asked at the end of a conversation. ``debias``: the cyclic
         shifts of the options to read and average (empty: one read as given)."""
         if self._metrics:
-            self._metrics.questions.observe(1)
+            after_reply(self._metrics.questions.observe, 1)
         async with self._admission.admit():
             return await self._decide(messages, question, template_kwargs, debias)
 
@@ -133,7 +136,7 @@ class DecisionService:
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         template_kwargs: Mapping[str, Any] | None,
     ) -> Outcome:
-        kwargs = {"enable_thinking": False, **(template_kwargs or {})}
+        kwargs = {"enable_thinking": False, **template_kwargs} if template_kwargs else _NO_THINKING
         for _attempt in range(2):
             info, labels = await self._labels(len(question.names), kwargs)
             outcome = await self._read(messages, question, labels, kwargs, info)
@@ -157,7 +160,7 @@ class DecisionService:
         (bench/shared_state.py) but is nearly free on a GPU.
         """
         if self._metrics:
-            self._metrics.questions.observe(len(questions))
+            after_reply(self._metrics.questions.observe, len(questions))
         async with self._admission.admit():
             return await self._decide_all(state_text, questions, debias or {})
 
@@ -203,7 +206,7 @@ class DecisionService:
 
     async def _read(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
-        labels: Sequence[tuple[str, int]], kwargs: dict[str, Any], info: ModelInfo,
+        labels: Sequence[tuple[str, int]], kwargs: Mapping[str, Any], info: ModelInfo,
     ) -> Outcome | None:
         """The read, or ``None`` when a model other than ``info``'s answered it."""
         names = tuple(label for label, _ in labels)
@@ -235,10 +238,11 @@ class DecisionService:
         )
 
     async def _labels(
-        self, n: int, kwargs: dict[str, Any]
+        self, n: int, kwargs: Mapping[str, Any]
     ) -> tuple[ModelInfo, tuple[tuple[str, int], ...]]:
         """The served model and ``n`` labels verified in its template's answer context."""
-        key = orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode()
+        key = (_NO_THINKING_KEY if kwargs is _NO_THINKING
+               else orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode())
         if len(key) > _MAX_KWARGS_CHARS:
             raise InvalidRequest(f"chat_template_kwargs is over {_MAX_KWARGS_CHARS} characters",
                                  param="chat_template_kwargs")
