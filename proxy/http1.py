@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from .slots import Slots
+
 __all__ = ["ConnectionPool", "Response", "Disconnected", "ResponseError"]
 
 _MAX_HEAD = 64 * 1024  # status line and headers
@@ -235,7 +237,7 @@ class ConnectionPool:
         self._head_tail = f"Host: {host_header}\r\n".encode("latin-1")
         self._keepalive_s = keepalive_s
         self._connect_timeout_s = connect_timeout_s
-        self._limit = asyncio.Semaphore(limit)
+        self._slots = Slots(limit)
         self._idle: list[_Connection] = []
         self._closed = False
 
@@ -253,11 +255,9 @@ class ConnectionPool:
         head.append(b"Content-Length: %d\r\n\r\n" % len(body) if body is not None else b"\r\n")
         message = b"".join(head) + (body or b"")
         deadline = time.monotonic() + timeout_s
-        if self._limit.locked():  # every connection busy: the wait counts against timeout_s
+        if not self._slots.take():  # every connection busy: the wait counts against timeout_s
             async with asyncio.timeout(timeout_s):
-                await self._limit.acquire()
-        else:
-            await self._limit.acquire()
+                await self._slots.wait()
         try:
             conn = self._take_idle() or await self._connect(deadline)
             try:
@@ -272,7 +272,7 @@ class ConnectionPool:
                 conn.abort()
             return response
         finally:
-            self._limit.release()
+            self._slots.release()
 
     async def close(self) -> None:
         self._closed = True

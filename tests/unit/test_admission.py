@@ -137,3 +137,36 @@ async def test_a_waiter_cancelled_in_the_step_that_frees_its_slot_just_leaves():
     async with asyncio.timeout(1):
         async with admission.admit():  # the slot is free
             pass
+
+
+async def test_a_cancel_from_outside_stays_a_cancel_and_frees_the_slot():
+    admission = Admission(max_active=1, max_queued=0, deadline_s=5, retry_after_s=1)
+    release, started = asyncio.Event(), []
+    task = asyncio.create_task(_hold(admission, release, started))
+    await asyncio.sleep(0.02)
+    task.cancel()  # the client went away: not a timeout
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with admission.admit():  # the slot came back
+        pass
+
+
+async def test_a_deadline_inside_an_outer_timeout_is_told_apart():
+    admission = Admission(max_active=1, max_queued=0, deadline_s=5, retry_after_s=1)
+    with pytest.raises(TimeoutError):  # the outer timeout fired first: not ours
+        async with asyncio.timeout(0.05):
+            async with admission.admit():
+                await asyncio.sleep(1)
+    inner = Admission(max_active=1, max_queued=0, deadline_s=0.05, retry_after_s=1)
+    with pytest.raises(UpstreamTimeout):  # ours fired first, inside a longer outer one
+        async with asyncio.timeout(5):
+            async with inner.admit():
+                await asyncio.sleep(1)
+
+
+async def test_finishing_in_time_leaves_no_timer_behind():
+    admission = Admission(max_active=1, max_queued=0, deadline_s=0.05, retry_after_s=1)
+    async with admission.admit():
+        pass
+    await asyncio.sleep(0.1)  # past the deadline: nothing is cancelled any more
+    assert not asyncio.current_task().cancelling()
