@@ -184,9 +184,18 @@ class Front:
 
     # -- serving ---------------------------------------------------------------
 
-    async def serve(self, conn: _Connection, path: bytes, plan: Plan, auth: str) -> None:
-        """What the middleware does around a handler: metrics, authentication,
-        errors in the API's own shape."""
+    def authorized(self, header: str) -> bool:
+        """Whether the ``Authorization`` header passes; the front serves only requests
+        that do (aiohttp answers the rest with its 401, body unread)."""
+        try:
+            authenticate(self._settings, header)
+        except ProxyError:
+            return False
+        return True
+
+    async def serve(self, conn: _Connection, path: bytes, plan: Plan) -> None:
+        """What the middleware does around a handler: metrics, and errors in the
+        API's own shape (authentication was checked on the head)."""
         route = path.decode()
         api, answer = plan
         metrics = self._metrics
@@ -196,7 +205,6 @@ class Front:
         status = 499  # the client went away before an answer
         try:
             try:
-                authenticate(self._settings, auth)
                 payload = orjson.dumps(await answer())
                 status = 200
                 conn.reply(_OK_HEAD, payload)
@@ -226,11 +234,12 @@ class _Connection(asyncio.Protocol):
         self._front = front
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
-        self._head: tuple[int, bytes, int, bool, str] | None = None  # parsed, body pending
+        self._head: tuple[int, bytes, int, bool] | None = None  # parsed, body pending
         self._keep_alive = True
-        self._paused = False
+        self._paused = False  # reading paused: too much pipelined behind a request
+        self._write_paused = False  # the client is not reading its answers
         self._idle: asyncio.TimerHandle | None = None
-        self._idle_since = 0.0
+        self._idle_since = 0.0  # last answer or last byte received, whichever is later
         self.task: asyncio.Task[None] | None = None
 
     # asyncio.Protocol
@@ -243,11 +252,21 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._buffer += data
         if self.task is None:
-            self._next()
+            self._idle_since = asyncio.get_running_loop().time()  # a slow body is not idle
+            if not self._write_paused:
+                self._next()
         elif len(self._buffer) > self._front._settings.max_body_bytes + _MAX_HEAD:
             assert self._transport is not None
             self._transport.pause_reading()  # pipelined past what one request may hold
             self._paused = True
+
+    def pause_writing(self) -> None:
+        self._write_paused = True  # no further pipelined request until the client reads
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.task is None and self._buffer and self._transport is not None:
+            self._next()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._front._connections.discard(self)
@@ -268,11 +287,12 @@ class _Connection(asyncio.Protocol):
                     self._hand_off()
                 return
             head = _parse_head(bytes(self._buffer[:end]))
-            if head is None or head[1] > self._front._settings.max_body_bytes:
+            if (head is None or head[1] > self._front._settings.max_body_bytes
+                    or not self._front.authorized(head[3])):
                 self._hand_off()
                 return
-            self._head = (end + 4, *head)
-        start, path, length, keep_alive, auth = self._head
+            self._head = (end + 4, *head[:3])
+        start, path, length, keep_alive = self._head
         if len(self._buffer) < start + length:
             return  # the body is still arriving
         raw = bytes(self._buffer[start:start + length])
@@ -287,20 +307,19 @@ class _Connection(asyncio.Protocol):
         del self._buffer[:start + length]
         self._head = None
         self._keep_alive = keep_alive and not self._front.closing
-        self.task = asyncio.get_running_loop().create_task(self._serve(path, plan, auth))
+        self.task = asyncio.get_running_loop().create_task(self._serve(path, plan))
 
-    async def _serve(self, path: bytes, plan: Plan, auth: str) -> None:
-        await self._front.serve(self, path, plan, auth)
+    async def _serve(self, path: bytes, plan: Plan) -> None:
+        await self._front.serve(self, path, plan)
         self.task = None
         if self._transport is None or self._transport.is_closing():
             return
         if self._paused:
             self._paused = False
             self._transport.resume_reading()
-        if self._buffer:
+        self._wait_idle()
+        if self._buffer and not self._write_paused:
             self._next()  # pipelined
-        else:
-            self._wait_idle()
 
     def reply(self, head: bytes, body: bytes) -> None:
         """Write one answer: ``head`` is the status line and headers, less framing."""
@@ -348,22 +367,21 @@ class _Connection(asyncio.Protocol):
         protocol.connection_made(transport)
         if data:
             protocol.data_received(data)
-        if self._paused:
-            transport.resume_reading()
 
 
 def _parse_head(head: bytes) -> tuple[bytes, int, bool, str] | None:
     """(path, Content-Length, keep-alive, Authorization) of a request this front
     serves; ``None`` for anything else (aiohttp answers those)."""
     lines = head.split(b"\r\n")
-    if head.translate(None, _HEAD_BYTES) or head.count(b"\n") != len(lines) - 1:
+    breaks = len(lines) - 1
+    if head.translate(None, _HEAD_BYTES) or head.count(b"\n") != breaks or head.count(b"\r") != breaks:
         return None  # control bytes, or a bare CR or LF
     parts = lines[0].split(b" ")
     if (len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1"
             or not parts[1].startswith(b"/")):
         return None
     length: int | None = None
-    keep_alive, auth = True, None
+    keep_alive, auth, hosts = True, None, 0
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         if not colon or not name or name.translate(None, _TOKEN):
@@ -377,12 +395,14 @@ def _parse_head(head: bytes) -> tuple[bytes, int, bool, str] | None:
             tokens = {t.strip().lower() for t in value.split(b",")}
             if b"upgrade" in tokens:
                 return None
-            keep_alive = b"close" not in tokens
+            keep_alive = keep_alive and b"close" not in tokens
         elif name in (b"transfer-encoding", b"expect", b"upgrade"):
             return None
+        elif name == b"host":
+            hosts += 1
         elif name == b"authorization" and auth is None:
             auth = value.decode("utf-8", "surrogateescape")
-    if length is None:
+    if length is None or hosts != 1:  # HTTP/1.1 asks for exactly one Host
         return None
     return parts[1], length, keep_alive, auth or ""
 

@@ -57,3 +57,19 @@ def test_undecodable_authorization_header_is_401_not_500(locked):
                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         reply = sock.recv(65536)
     assert reply.startswith(b"HTTP/1.1 401 ")
+
+
+@pytest.mark.parametrize(("path", "body", "shape"), [
+    ("/invocations", S1, "error"),  # authentication comes before the body is read
+    ("/invocations", CHAT, "error"),
+    ("/v1/systemone", S1, "detail"),
+    ("/v1/chat/completions", CHAT, "error"),
+])
+def test_401_has_the_same_body_whether_or_not_the_model_is_known(locked, path, body, shape):
+    first = httpx.post(locked + path, json=body, timeout=60)
+    # a good request makes the served model known (System One is then served on the front)
+    assert httpx.post(locked + "/v1/systemone", json=S1, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    second = httpx.post(locked + path, json=body, timeout=60)
+    assert first.status_code == second.status_code == 401
+    assert list(first.json()) == list(second.json()) == [shape]

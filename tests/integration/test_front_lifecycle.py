@@ -143,3 +143,22 @@ async def test_close_cancels_what_outlives_the_timeout(make_server, standin):
     while standin.cancelled == 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert standin.cancelled == 1
+
+
+async def test_a_half_sent_request_after_a_long_one_does_not_hold_the_connection(
+        make_server, standin):
+    standin.mode, standin.delay_s = "slow", 0.8  # outlives the keep-alive
+    server = await make_server(keepalive_s=0.3)
+    reader, writer = await connect(server)
+    writer.write(REQUEST + REQUEST[:40])  # the next request pipelined, half sent
+    assert (await answer(reader))[0] == 200
+    assert await closed_within(reader, 3)
+
+
+async def test_a_slow_body_is_not_idle(make_server):
+    server = await make_server(keepalive_s=0.4)
+    reader, writer = await connect(server)
+    for i in range(0, len(REQUEST), len(REQUEST) // 6):  # 6+ pieces over ~0.9 s
+        writer.write(REQUEST[i:i + len(REQUEST) // 6])
+        await asyncio.sleep(0.15)
+    assert (await answer(reader))[0] == 200

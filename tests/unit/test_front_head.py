@@ -15,6 +15,10 @@ def test_a_plain_post_is_parsed():
     assert _parse_head(head()) == (b"/v1/chat/completions", 12, True, "")
 
 
+def test_close_in_any_connection_header_wins():
+    assert _parse_head(head(b"Connection: close", b"Connection: keep-alive"))[2] is False
+
+
 def test_connection_close_and_authorization_are_read():
     parsed = _parse_head(head(b"connection: keep-alive, Close", b"Authorization:  Bearer k \t",
                               b"Authorization: Bearer second"))
@@ -47,7 +51,9 @@ def test_other_request_lines_go_to_aiohttp(request_line):
     [b"Bad Name: x"],
     [b"X: a\x00b"],
     [b"X: a\nb"],
+    [b"X: a\rTransfer-Encoding: chunked"],  # a bare CR
     [b": empty name"],
+    [b"Host: second"],
 ])
 def test_unusual_heads_go_to_aiohttp(lines):
     assert _parse_head(head(*lines)) is None
@@ -60,3 +66,7 @@ def test_a_content_length_that_is_not_digits_goes_to_aiohttp(length):
 
 def test_a_head_without_content_length_goes_to_aiohttp():
     assert _parse_head(b"POST /v1/decisions HTTP/1.1\r\nHost: x") is None
+
+
+def test_a_head_without_host_goes_to_aiohttp():
+    assert _parse_head(b"POST /v1/decisions HTTP/1.1\r\nContent-Length: 2") is None

@@ -7,10 +7,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.metrics import _Histogram
 
 BUCKETS = (0.1, 0.5, 1, 5)
-VALUES = [0.0, 0.1, 0.10000001, 0.5, 0.7, 1, 4.99, 5, 5.01, 1e9, -3]
+VALUES = [0.0, 0.1, 0.10000001, 0.5, 0.7, 1, 4.99, 5, 5.01, 1e9, -3, float("inf")]
 
 
 def samples(registry: CollectorRegistry) -> list[tuple[str, dict, float]]:
+    """Every sample but ``_created`` (which ours does not expose)."""
     text = generate_latest(registry).decode()
     return sorted((s.name, tuple(sorted(s.labels.items())), s.value)
                   for family in text_string_to_metric_families(text) for s in family.samples
@@ -44,3 +45,14 @@ def test_label_count_is_checked():
     h = _Histogram("h", "doc", ("route",), buckets=BUCKETS, registry=CollectorRegistry())
     with pytest.raises(ValueError, match="takes labels"):
         h.labels("a", "b")
+
+
+def test_nan_is_counted_in_no_bucket_like_prometheus_client():
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    mine = _Histogram("h", "doc", buckets=BUCKETS, registry=ours)
+    reference = Histogram("h", "doc", buckets=BUCKETS, registry=theirs)
+    for h in (mine, reference):
+        h.observe(0.2)
+        h.observe(float("nan"))
+    counts = [[(n, l, v) for n, l, v in samples(r) if n != "h_sum"] for r in (ours, theirs)]
+    assert counts[0] == counts[1] and ("h_count", (), 1.0) in counts[0]
