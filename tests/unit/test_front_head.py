@@ -2,7 +2,7 @@
 
 import pytest
 
-from proxy.front import _parse_head
+from proxy.front_http import parse_head
 
 BASE = [b"POST /v1/chat/completions HTTP/1.1", b"Host: x", b"Content-Length: 12"]
 
@@ -12,21 +12,21 @@ def head(*lines: bytes, base=BASE) -> bytes:
 
 
 def test_a_plain_post_is_parsed():
-    assert _parse_head(head()) == (b"/v1/chat/completions", 12, True, "")
+    assert parse_head(head()) == (b"/v1/chat/completions", 12, True, "")
 
 
 def test_close_in_any_connection_header_wins():
-    assert _parse_head(head(b"Connection: close", b"Connection: keep-alive"))[2] is False
+    assert parse_head(head(b"Connection: close", b"Connection: keep-alive"))[2] is False
 
 
 def test_connection_close_and_authorization_are_read():
-    parsed = _parse_head(head(b"connection: keep-alive, Close", b"Authorization:  Bearer k \t",
+    parsed = parse_head(head(b"connection: keep-alive, Close", b"Authorization:  Bearer k \t",
                               b"Authorization: Bearer second"))
     assert parsed == (b"/v1/chat/completions", 12, False, "Bearer k")
 
 
 def test_authorization_bytes_survive_undecoded():
-    assert _parse_head(head(b"Authorization: Bearer \xff"))[3] == "Bearer \udcff"
+    assert parse_head(head(b"Authorization: Bearer \xff"))[3] == "Bearer \udcff"
 
 
 @pytest.mark.parametrize("request_line", [
@@ -37,7 +37,7 @@ def test_authorization_bytes_survive_undecoded():
     b"post /v1/chat/completions HTTP/1.1",
 ])
 def test_other_request_lines_go_to_aiohttp(request_line):
-    assert _parse_head(head(base=[request_line, *BASE[1:]])) is None
+    assert parse_head(head(base=[request_line, *BASE[1:]])) is None
 
 
 @pytest.mark.parametrize("lines", [
@@ -56,17 +56,17 @@ def test_other_request_lines_go_to_aiohttp(request_line):
     [b"Host: second"],
 ])
 def test_unusual_heads_go_to_aiohttp(lines):
-    assert _parse_head(head(*lines)) is None
+    assert parse_head(head(*lines)) is None
 
 
 @pytest.mark.parametrize("length", [b"", b"-1", b"+3", b"1e3", b"0x10", b"3 4"])
 def test_a_content_length_that_is_not_digits_goes_to_aiohttp(length):
-    assert _parse_head(head(base=[BASE[0], b"Content-Length: " + length])) is None
+    assert parse_head(head(base=[BASE[0], b"Content-Length: " + length])) is None
 
 
 def test_a_head_without_content_length_goes_to_aiohttp():
-    assert _parse_head(b"POST /v1/decisions HTTP/1.1\r\nHost: x") is None
+    assert parse_head(b"POST /v1/decisions HTTP/1.1\r\nHost: x") is None
 
 
 def test_a_head_without_host_goes_to_aiohttp():
-    assert _parse_head(b"POST /v1/decisions HTTP/1.1\r\nContent-Length: 2") is None
+    assert parse_head(b"POST /v1/decisions HTTP/1.1\r\nContent-Length: 2") is None
