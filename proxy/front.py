@@ -142,9 +142,17 @@ class Front:
 
     # -- what is served here: the answer, or None to hand the request to aiohttp --
 
-    def plan(self, path: bytes, body: dict[str, Any], raw: bytes) -> Plan | None:
+    def plan(self, path: bytes, raw: bytes) -> Plan | None:
         route = self._routes.get(path)
-        return route(body, raw) if route is not None else None
+        if route is None:
+            return None
+        if path == b"/v1/chat/completions" and b'"semif"' not in raw:
+            return None  # pass-through: parsed once, by aiohttp (an escaped key gets there too)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        return route(body, raw) if isinstance(body, dict) else None
 
     def _chat(self, body: dict[str, Any], raw: bytes) -> Plan | None:
         if not is_fast_decision(body):

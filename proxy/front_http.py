@@ -15,8 +15,6 @@ import time
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
-import orjson
-
 if TYPE_CHECKING:
     from .front import Front, Plan
 
@@ -97,18 +95,13 @@ class Connection(asyncio.Protocol):
         start, path, length, keep_alive = self._head
         if len(self._buffer) < start + length:
             return  # the body is still arriving
-        raw = bytes(self._buffer[start:start + length])
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = None
-        plan = self._front.plan(path, body, raw) if isinstance(body, dict) else None
+        plan = self._front.plan(path, bytes(self._buffer[start:start + length]))
         if plan is None:
             self._hand_off()
             return
         del self._buffer[:start + length]
         self._head = None
-        self._keep_alive = keep_alive and not self._front.closing
+        self._keep_alive = keep_alive  # and not closing: checked as the answer is written
         self.task = asyncio.get_running_loop().create_task(self._serve(path, plan))
 
     async def _serve(self, path: bytes, plan: Plan) -> None:
