@@ -1,10 +1,19 @@
 """Proxy overhead: one decision through the proxy vs the same one-token call sent
 straight to llama-server, interleaved in one run, at concurrency 1 and 8.
 
-    .venv/bin/python bench/overhead.py [--requests 1200] [--rounds 24]
+    .venv/bin/python bench/overhead.py [--starts 3] [--requests 1800] [--rounds 12]
 
-Prints p50/p99 latency and throughput for each target and the ratios to direct.
-Targets: latency ratio <= 1.05 at concurrency 1; throughput >= 0.95 of direct at 8.
+Prints p50/p99 latency and throughput for each target and the ratios to direct,
+each ratio with a 95% interval. Targets: latency ratio <= 1.05 at concurrency 1;
+throughput >= 0.95 of direct at 8.
+
+Two sources of noise, two remedies. Within a start, the machine's speed drifts:
+targets take turns in short rounds, and a round (every target in the same few
+seconds) is resampled whole for the interval. Between starts, where the
+scheduler happens to place llama-server, the client and the hop shifts the
+ratios by a few percent for the life of the processes: the servers are started
+afresh ``--starts`` times and the rounds of all starts pooled (resampled within
+their start).
 
 Two bare relays (bench/_relay.py: the proxy's upstream client and no decision
 logic) are measured beside them: ``hop``, served by a bare asyncio.Protocol as
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import time
 
@@ -79,8 +89,8 @@ async def decision_labels(proxy_url: str) -> list[str]:
 
 
 async def measure(targets, requests, rounds, concurrency):
-    """Each target's latencies and wall time, in rounds whose order rotates."""
-    results = {name: ([], 0.0) for name in targets}
+    """Each target's rounds, as (latencies, wall time); the order rotates per round."""
+    results: dict[str, list[tuple[list[float], float]]] = {name: [] for name in targets}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
         for url, body in targets.values():  # warm every path
             await run_batch(session, url, body, 10, concurrency)
@@ -89,41 +99,84 @@ async def measure(targets, requests, rounds, concurrency):
         for i in range(rounds):
             for name in names[i % len(names):] + names[:i % len(names)]:
                 url, body = targets[name]
-                lat, wall = await run_batch(session, url, body, per_round, concurrency)
-                acc, total = results[name]
-                results[name] = (acc + lat, total + wall)
+                results[name].append(await run_batch(session, url, body, per_round, concurrency))
     return results
 
 
-def report(concurrency, results) -> None:
-    rows = {name: (pct(lat, 50) * 1e3, pct(lat, 99) * 1e3, len(lat) / wall)
-            for name, (lat, wall) in results.items()}
+def figures(rounds: list[tuple[list[float], float]]) -> tuple[float, float, float]:
+    """p50 ms, p99 ms and requests/s over the given rounds, pooled."""
+    latencies = [t for lat, _ in rounds for t in lat]
+    wall = sum(w for _, w in rounds)
+    return pct(latencies, 50) * 1e3, pct(latencies, 99) * 1e3, len(latencies) / wall
+
+
+def intervals(results, name: str, starts: int, resamples: int = 1000
+              ) -> list[tuple[float, float]]:
+    """95% intervals of ``name``'s p50, p99 and throughput ratios to direct: each
+    start's rounds resampled with replacement, the same rounds for both targets."""
+    rng = random.Random(0)
+    per_start = len(results[name]) // starts
+    ratios = []
+    for _ in range(resamples):
+        picks = [start * per_start + rng.randrange(per_start)
+                 for start in range(starts) for _ in range(per_start)]
+        mine = figures([results[name][i] for i in picks])
+        direct = figures([results["direct"][i] for i in picks])
+        ratios.append([m / d for m, d in zip(mine, direct)])
+    edges = [statistics.quantiles(column, n=40) for column in zip(*ratios)]
+    return [(cuts[0], cuts[-1]) for cuts in edges]  # 2.5% and 97.5%
+
+
+def report(concurrency, results, starts: int) -> None:
+    rows = {name: figures(rounds) for name, rounds in results.items()}
+    per_start = len(results["direct"]) // starts
+    by_start = [{name: figures(rounds[i * per_start:(i + 1) * per_start])
+                 for name, rounds in results.items()} for i in range(starts)]
     print(f"\nconcurrency {concurrency}")
-    print(f"  {'':8}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}")
+    print(f"  {'':8}{'p50 ms':>14}{'p99 ms':>14}{'req/s':>14}")
     for name, (p50, p99, thr) in rows.items():
-        print(f"  {name:8}{p50:10.2f}{p99:10.2f}{thr:10.1f}")
-    dp50, dp99, dthr = rows["direct"]
+        print(f"  {name:8}{p50:14.2f}{p99:14.2f}{thr:14.1f}")
+    direct = rows["direct"]
     for name in [n for n in rows if n != "direct"]:
-        p50, p99, thr = rows[name]
-        print(f"  {name + '/':8}{p50 / dp50:10.3f}{p99 / dp99:10.3f}{thr / dthr:10.3f}"
-              "   (ratio to direct)")
+        ratios = [mine / d for mine, d in zip(rows[name], direct)]
+        print(f"  {name + '/':8}" + "".join(f"{r:14.3f}" for r in ratios) + "   ratio to direct")
+        print(f"  {'':8}" + "".join(f"{f'{lo:.3f}-{hi:.3f}':>14}" for lo, hi in
+                                     intervals(results, name, starts)) + "   95% interval")
+        if starts > 1:
+            spans = [[row[name][k] / row["direct"][k] for row in by_start] for k in range(3)]
+            print(f"  {'':8}" + "".join(f"{f'{min(v):.3f}-{max(v):.3f}':>14}" for v in spans)
+                  + "   lowest-highest of the starts")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=1200, help="per target and concurrency")
-    parser.add_argument("--rounds", type=int, default=24, help="interleaved rounds")
+    parser.add_argument("--starts", type=int, default=3, help="fresh starts of every server")
+    parser.add_argument("--requests", type=int, default=1800,
+                        help="per target and concurrency, over all starts")
+    parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds per start")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     args = parser.parse_args()
-    with llama_server(extra=args.llama_args.split()) as llama_url, proxy(llama_url) as proxy_url:
+    results: dict[int, dict[str, list]] = {1: {}, 8: {}}
+    for _ in range(args.starts):
+        for concurrency, rounds in once(args.llama_args.split(), args.requests // args.starts,
+                                        args.rounds).items():
+            for name, measured in rounds.items():
+                results[concurrency].setdefault(name, []).extend(measured)
+    print(f"{args.starts} starts x {args.rounds} rounds, {args.requests} requests per target")
+    for concurrency, rounds in results.items():
+        report(concurrency, rounds, args.starts)
+
+
+def once(llama_args: list[str], requests: int, rounds: int) -> dict[int, dict[str, list]]:
+    """Every target's rounds at concurrency 1 and 8, on servers started for this."""
+    with llama_server(extra=llama_args) as llama_url, proxy(llama_url) as proxy_url:
         direct = direct_body(asyncio.run(decision_labels(proxy_url)))
         with (bare_relay(llama_url, direct, "protocol") as hop_url,
               bare_relay(llama_url, direct, "aiohttp") as aiohttp_url):
             targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "hop": (hop_url + PATH, b"{}"),
                        "aiohttp": (aiohttp_url + PATH, b"{}"), "direct": (llama_url + PATH, direct)}
-            for concurrency in (1, 8):
-                report(concurrency, asyncio.run(measure(targets, args.requests, args.rounds,
-                                                        concurrency)))
+            return {concurrency: asyncio.run(measure(targets, requests, rounds, concurrency))
+                    for concurrency in (1, 8)}
 
 
 if __name__ == "__main__":

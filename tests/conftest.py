@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from scripts.prepare import ensure_llama_server, ensure_model
@@ -22,6 +24,18 @@ class LlamaServer:
     port: int
     binary: Path
     model: Path
+
+    def busy_slots(self) -> int:
+        return sum(1 for slot in httpx.get(self.url + "/slots").json() if slot.get("is_processing"))
+
+    def wait_idle(self, timeout_s: float = 10.0) -> None:
+        """Until no slot is working: an earlier test's generation (a cancelled
+        stream, a timed-out call) must not share a batch with a read whose
+        numerics a test compares exactly."""
+        deadline = time.monotonic() + timeout_s
+        while self.busy_slots():
+            assert time.monotonic() < deadline, "llama-server stayed busy"
+            time.sleep(0.05)
 
 
 def free_port() -> int:

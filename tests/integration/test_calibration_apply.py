@@ -53,7 +53,8 @@ def _ask(url, **extra):
     return resp.json()["answers"]
 
 
-def test_temperature_profile_flattens_without_changing_the_choice(calibrated):
+def test_temperature_profile_flattens_without_changing_the_choice(calibrated, llama):
+    llama.wait_idle()
     _ask(calibrated, x_calibration="none")  # warm: both reads below come from the cache
     raw = _ask(calibrated, x_calibration="none")["team"]
     cal = _ask(calibrated, x_calibration="flat")["team"]

@@ -59,8 +59,9 @@ def test_score(client):
     assert resp.choices[0].message.content == str(max(range(4), key=probs.__getitem__))
 
 
-def test_temperature_divides_the_log_probabilities(client):
+def test_temperature_divides_the_log_probabilities(client, llama):
     options = ["billing", "shipping", "technical"]
+    llama.wait_idle()
     plain = _decide(client, {"options": options}).model_extra["semif"]
     hot = _decide(client, {"options": options, "temperature": 2.0}).model_extra["semif"]
     # p_T ∝ p^(1/T): recover p_T from p and compare (same cached prompt, same numerics)
@@ -92,6 +93,7 @@ def _direct_full_read(llama, semif_answer, options):
 @pytest.mark.parametrize("n", [26, 255])
 def test_every_option_is_exact_against_a_full_vocabulary_read(client, llama, n):
     options = [f"team {i:03d}" for i in range(n)]
+    llama.wait_idle()  # an earlier test's generation would share (and change) the batch
     _decide(client, {"options": options})  # warm the prompt cache: later reads are 1-token evals
     semif = _decide(client, {"options": options}).model_extra["semif"]
     assert len(semif["probabilities"]) == n

@@ -216,14 +216,11 @@ def test_a_client_that_leaves_cancels_its_decision(llama, logs_dir):
         client = Client(url)
         client.send(post("/v1/chat/completions", slow))
         deadline = time.monotonic() + 20
-        while not _busy(llama.url) and time.monotonic() < deadline:
+        while not llama.busy_slots() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _busy(llama.url)
+        assert llama.busy_slots()
         client.close()
-        deadline = time.monotonic() + 20
-        while _busy(llama.url) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _busy(llama.url)
+        llama.wait_idle(timeout_s=20)
         metrics = httpx.get(url + "/metrics").text
         assert ('semif_request_duration_seconds_count{kind="decision",outcome="client_error",'
                 'route="/v1/chat/completions"} 1.0') in metrics  # recorded as 499
@@ -249,6 +246,3 @@ def test_sigterm_closes_idle_connections_and_exits(llama, logs_dir):
         stop(proc)
         log.close()
 
-
-def _busy(llama_url: str) -> bool:
-    return any(slot.get("is_processing") for slot in httpx.get(llama_url + "/slots").json())
