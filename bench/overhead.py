@@ -9,11 +9,10 @@ throughput >= 0.95 of direct at 8.
 
 Two sources of noise, two remedies. Within a start, the machine's speed drifts:
 targets take turns in short rounds, and a round (every target in the same few
-seconds) is resampled whole for the interval. Between starts, where the
-scheduler happens to place llama-server, the client and the hop shifts the
-ratios by a few percent for the life of the processes: the servers are started
-afresh ``--starts`` times and the rounds of all starts pooled (resampled within
-their start).
+seconds) is resampled whole for the interval. Between starts, the ratios move
+by more than their rounds show (two single-start runs: latency intervals of
+1.046-1.080 and 0.990-1.052): the servers are started afresh ``--starts`` times
+and the rounds of all starts pooled (resampled within their start).
 
 Two bare relays (bench/_relay.py: the proxy's upstream client and no decision
 logic) are measured beside them: ``hop``, served by a bare asyncio.Protocol as
