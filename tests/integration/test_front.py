@@ -245,4 +245,3 @@ def test_sigterm_closes_idle_connections_and_exits(llama, logs_dir):
         idle.close()
         stop(proc)
         log.close()
-
