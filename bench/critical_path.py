@@ -4,11 +4,13 @@
 
 Runs the proxy and bench/_relay.py's ``protocol`` hop with clock stamps added
 at their seams (wrappers set up before serving; nothing in proxy/ changes),
-sends the same decision through each, one at a time in alternating blocks, and
-prints the median microseconds of each stage of a request: from the client's
-send to the server's first byte, through the server's own work before and
-after llama-server's answer, to the client's last byte. Stamps share one
-clock (``time.perf_counter``, CLOCK_MONOTONIC) across processes.
+sends the same decision through each and straight to llama-server, one at a
+time in alternating blocks, and prints the median microseconds of each stage of
+a request: from the client's send to the server's first byte, through the
+server's own work before and after llama-server's answer, to the client's last
+byte; beside llama-server's stage, its own ``timings.prompt_ms`` (for direct,
+the client's total and that are all there is). Stamps share one clock
+(``time.perf_counter``, CLOCK_MONOTONIC) across processes.
 
 Why: bench/overhead.py says how much the proxy costs; this says where.
 """
@@ -64,12 +66,7 @@ def serve(kind: str, out: str, argv: list[str]) -> None:
     answers: list[tuple[float, bytes]] = []  # upstream bodies, read when stopping
 
     def dump(*_: object) -> None:
-        computed = []  # (time, llama-server's timings.prompt_ms)
-        for at, body in answers:
-            try:
-                computed.append((at, json.loads(body).get("timings", {}).get("prompt_ms")))
-            except (ValueError, AttributeError):
-                pass  # not a JSON object: no timings
+        computed = [(at, prompt_ms(body)) for at, body in answers]
         Path(out).write_text(json.dumps({"stamps": stamps, "computed": computed}))
         os._exit(0)
 
@@ -141,29 +138,38 @@ def serve(kind: str, out: str, argv: list[str]) -> None:
     dump()
 
 
-async def drive(urls: dict[str, tuple[str, bytes]], requests: int) -> dict[str, list[tuple[float, float]]]:
-    """Each target's (sent, received) times, in alternating blocks of 50, one at a time."""
-    sent: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
+def prompt_ms(body: bytes) -> float | None:
+    """llama-server's own account of a read's compute (``timings.prompt_ms``)."""
+    try:
+        return json.loads(body).get("timings", {}).get("prompt_ms")
+    except (ValueError, AttributeError):
+        return None  # not a JSON object
+
+
+async def drive(urls: dict[str, tuple[str, bytes]], requests: int
+                ) -> dict[str, list[tuple[float, float, bytes]]]:
+    """Each target's (sent, received, answer), in alternating blocks of 50, one at a time."""
+    sent: dict[str, list[tuple[float, float, bytes]]] = {name: [] for name in urls}
     async with aiohttp.ClientSession() as session:
         for _ in range(requests // 50):
             for name, (url, body) in urls.items():
                 for _ in range(50):
                     t0 = time.perf_counter()
                     async with session.post(url + PATH, data=body) as r:
-                        await r.read()
+                        answer = await r.read()
                         assert r.status == 200, r.status
-                    sent[name].append((t0, time.perf_counter()))
+                    sent[name].append((t0, time.perf_counter(), answer))
     return sent
 
 
-def stages(recorded: dict, sent: list[tuple[float, float]]) -> dict[str, float]:
+def stages(recorded: dict, sent: list[tuple[float, float, bytes]]) -> dict[str, float]:
     """Median microseconds of each stage over the requests that have its stamps."""
     stamps = sorted(recorded["stamps"], key=lambda s: s[1])
     stamps += [("compute", t) for t, ms in recorded["computed"] if ms is not None]
     compute = {t: ms for t, ms in recorded["computed"] if ms is not None}
     stamps.sort(key=lambda s: s[1])
     times, i = [], 0
-    for t0, t1 in sent:
+    for t0, t1, _ in sent:
         seen = {"sent": t0, "received": t1}
         while i < len(stamps) and stamps[i][1] < t0:
             i += 1
@@ -204,16 +210,19 @@ def main() -> None:
                  str(body_file)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True), timeout_s=30)
             with hop as (hop_url, _):
-                urls = {"proxy": (proxy_url, PROXY_BODY), "hop": (hop_url, b"{}")}
-                asyncio.run(drive(urls, 100))  # warm both
+                urls = {"proxy": (proxy_url, PROXY_BODY), "hop": (hop_url, b"{}"),
+                        "direct": (llama_url, body_file.read_bytes())}
+                asyncio.run(drive(urls, 100))  # warm every path
                 sent = asyncio.run(drive(urls, args.requests))
-        # both servers have stopped and written their stamps
+        # both servers have stopped and written their stamps; direct has only the client's
         results = {name: stages(json.loads(Path(out[name]).read_text()), sent[name])
-                   for name in urls}
+                   for name in out}
+        results["direct"] = stages({"stamps": [], "computed": [
+            (t1, prompt_ms(answer)) for _, t1, answer in sent["direct"]]}, sent["direct"])
     print(f"median microseconds per stage, concurrency 1, {args.requests} requests each")
-    print(f"  {'':42}{'proxy':>8}{'hop':>8}")
+    print(f"  {'':42}{'proxy':>8}{'hop':>8}{'direct':>8}")
     for name, _, _ in STAGES:
-        row = [results[t].get(name) for t in ("proxy", "hop")]
+        row = [results[t].get(name) for t in ("proxy", "hop", "direct")]
         print(f"  {name:42}" + "".join(f"{v:8.0f}" if v is not None else f"{'':8}" for v in row))
 
 
