@@ -194,9 +194,11 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=600, help="per target")
+    parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     args = parser.parse_args()
     me = str(Path(__file__).resolve())
-    with llama_server() as llama_url, tempfile.TemporaryDirectory() as tmp:
+    with (llama_server(extra=args.llama_args.split()) as llama_url,
+          tempfile.TemporaryDirectory() as tmp):
         out = {name: str(Path(tmp) / f"{name}.json") for name in ("proxy", "hop")}
         proxy = _serving(lambda port, log: subprocess.Popen(
             [sys.executable, me, "serve", "proxy", out["proxy"], "--port", str(port),

@@ -1,7 +1,7 @@
 """Proxy overhead: one decision through the proxy vs the same one-token call sent
 straight to llama-server, interleaved in one run, at concurrency 1 and 8.
 
-    .venv/bin/python bench/overhead.py [--starts 3] [--requests 1800] [--rounds 12]
+    .venv/bin/python bench/overhead.py [--starts 3] [--requests 1800] [--rounds 12] [--pause-ms 0]
 
 Prints p50/p99 latency and throughput for each target and the ratios to direct,
 each ratio with a 95% interval. Targets: latency ratio <= 1.05 at concurrency 1;
@@ -58,12 +58,14 @@ def direct_body(labels: list[str]) -> bytes:
     })
 
 
-async def run_batch(session, url, body, n, concurrency) -> tuple[list[float], float]:
+async def run_batch(session, url, body, n, concurrency, pause_s=0.0) -> tuple[list[float], float]:
     latencies: list[float] = []
     queue = iter(range(n))
 
     async def worker():
         for _ in queue:
+            if pause_s:
+                await asyncio.sleep(pause_s)  # a client's own time between requests
             t0 = time.perf_counter()
             async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
                 await r.read()
@@ -87,7 +89,7 @@ async def decision_labels(proxy_url: str) -> list[str]:
     return list(answer["labels"].values())
 
 
-async def measure(targets, requests, rounds, concurrency):
+async def measure(targets, requests, rounds, concurrency, pause_s=0.0):
     """Each target's rounds, as (latencies, wall time); the order rotates per round."""
     results: dict[str, list[tuple[list[float], float]]] = {name: [] for name in targets}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
@@ -98,7 +100,8 @@ async def measure(targets, requests, rounds, concurrency):
         for i in range(rounds):
             for name in names[i % len(names):] + names[:i % len(names)]:
                 url, body = targets[name]
-                results[name].append(await run_batch(session, url, body, per_round, concurrency))
+                results[name].append(
+                    await run_batch(session, url, body, per_round, concurrency, pause_s))
     return results
 
 
@@ -154,19 +157,23 @@ def main() -> None:
                         help="per target and concurrency, over all starts")
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds per start")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
+    parser.add_argument("--pause-ms", type=float, default=0.0,
+                        help="each client's idle time before each request (default: none)")
     args = parser.parse_args()
     results: dict[int, dict[str, list]] = {1: {}, 8: {}}
     for _ in range(args.starts):
         for concurrency, rounds in once(args.llama_args.split(), args.requests // args.starts,
-                                        args.rounds).items():
+                                        args.rounds, args.pause_ms / 1e3).items():
             for name, measured in rounds.items():
                 results[concurrency].setdefault(name, []).extend(measured)
-    print(f"{args.starts} starts x {args.rounds} rounds, {args.requests} requests per target")
+    print(f"{args.starts} starts x {args.rounds} rounds, {args.requests} requests per target, "
+          f"{args.pause_ms:g} ms pause before each request")
     for concurrency, rounds in results.items():
         report(concurrency, rounds, args.starts)
 
 
-def once(llama_args: list[str], requests: int, rounds: int) -> dict[int, dict[str, list]]:
+def once(llama_args: list[str], requests: int, rounds: int, pause_s: float
+         ) -> dict[int, dict[str, list]]:
     """Every target's rounds at concurrency 1 and 8, on servers started for this."""
     with llama_server(extra=llama_args) as llama_url, proxy(llama_url) as proxy_url:
         direct = direct_body(asyncio.run(decision_labels(proxy_url)))
@@ -174,7 +181,8 @@ def once(llama_args: list[str], requests: int, rounds: int) -> dict[int, dict[st
               bare_relay(llama_url, direct, "aiohttp") as aiohttp_url):
             targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "hop": (hop_url + PATH, b"{}"),
                        "aiohttp": (aiohttp_url + PATH, b"{}"), "direct": (llama_url + PATH, direct)}
-            return {concurrency: asyncio.run(measure(targets, requests, rounds, concurrency))
+            return {concurrency: asyncio.run(measure(targets, requests, rounds, concurrency,
+                                                     pause_s))
                     for concurrency in (1, 8)}
 
 
