@@ -4,15 +4,18 @@ straight to llama-server, interleaved in one run, at concurrency 1 and 8.
     .venv/bin/python bench/overhead.py [--starts 3] [--requests 1800] [--rounds 12] [--pause-ms 0]
 
 Prints p50/p99 latency and throughput for each target and the ratios to direct,
-each ratio with a 95% interval. Targets: latency ratio <= 1.05 at concurrency 1;
-throughput >= 0.95 of direct at 8.
+each ratio with a 95% interval for the noise between rounds and the range over
+the starts. Targets: latency ratio <= 1.05 at concurrency 1; throughput >= 0.95
+of direct at 8.
 
 Two sources of noise, two remedies. Within a start, the machine's speed drifts:
 targets take turns in short rounds, and a round (every target in the same few
 seconds) is resampled whole for the interval. Between starts, the ratios move
 by more than their rounds show (two single-start runs: latency intervals of
 1.046-1.080 and 0.990-1.052): the servers are started afresh ``--starts`` times
-and the rounds of all starts pooled (resampled within their start).
+and the rounds of all starts pooled. The interval resamples rounds within their
+start, so it does not cover the shift between starts; the lowest and highest
+start are printed for that (three starts are too few to resample).
 
 Two bare relays (bench/_relay.py: the proxy's upstream client and no decision
 logic) are measured beside them: ``hop``, served by a bare asyncio.Protocol as
@@ -134,7 +137,8 @@ def report(concurrency, results, starts: int) -> None:
     per_start = len(results["direct"]) // starts
     by_start = [{name: figures(rounds[i * per_start:(i + 1) * per_start])
                  for name, rounds in results.items()} for i in range(starts)]
-    print(f"\nconcurrency {concurrency}")
+    print(f"\nconcurrency {concurrency}, {sum(len(lat) for lat, _ in results['direct'])} "
+          "requests per target")
     print(f"  {'':8}{'p50 ms':>14}{'p99 ms':>14}{'req/s':>14}")
     for name, (p50, p99, thr) in rows.items():
         print(f"  {name:8}{p50:14.2f}{p99:14.2f}{thr:14.1f}")
@@ -143,7 +147,7 @@ def report(concurrency, results, starts: int) -> None:
         ratios = [mine / d for mine, d in zip(rows[name], direct)]
         print(f"  {name + '/':8}" + "".join(f"{r:14.3f}" for r in ratios) + "   ratio to direct")
         print(f"  {'':8}" + "".join(f"{f'{lo:.3f}-{hi:.3f}':>14}" for lo, hi in
-                                     intervals(results, name, starts)) + "   95% interval")
+                                     intervals(results, name, starts)) + "   95% interval, rounds")
         if starts > 1:
             spans = [[row[name][k] / row["direct"][k] for row in by_start] for k in range(3)]
             print(f"  {'':8}" + "".join(f"{f'{min(v):.3f}-{max(v):.3f}':>14}" for v in spans)
@@ -158,7 +162,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds per start")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     parser.add_argument("--pause-ms", type=float, default=0.0,
-                        help="each client's idle time before each request (default: none)")
+                        help="each client's idle time before each request (default: none; "
+                        "the event loop's timers round it up to whole milliseconds)")
     args = parser.parse_args()
     results: dict[int, dict[str, list]] = {1: {}, 8: {}}
     for _ in range(args.starts):
@@ -166,7 +171,7 @@ def main() -> None:
                                         args.rounds, args.pause_ms / 1e3).items():
             for name, measured in rounds.items():
                 results[concurrency].setdefault(name, []).extend(measured)
-    print(f"{args.starts} starts x {args.rounds} rounds, {args.requests} requests per target, "
+    print(f"{args.starts} starts x {args.rounds} rounds, "
           f"{args.pause_ms:g} ms pause before each request")
     for concurrency, rounds in results.items():
         report(concurrency, rounds, args.starts)

@@ -3,16 +3,17 @@
     .venv/bin/python bench/read_gap.py [--rounds 15]
 
 Sends the decision read of bench/overhead.py straight to llama-server, one at a
-time, in interleaved blocks that differ only in what the client does before
-each request: nothing (back to back), sleep 0.5, 1 or 2 ms, or spin the CPU for
-1 ms. Prints the median round trip and llama-server's own ``timings.prompt_ms``
-for each, and their ratio to back to back.
+time, in interleaved blocks (their order rotating) that differ only in what the
+client does before each request: nothing (back to back), sleep 0.5, 1 or 2 ms,
+or spin the CPU for 1 ms. Prints the median round trip and llama-server's own
+``timings.prompt_ms`` for each, and their ratio to back to back.
 
 Why: a hop adds time between llama-server's answer and the next request at
-concurrency 1 (about 0.4 ms for bench/_relay.py's bare hop, 0.7 ms for the
-proxy, bench/critical_path.py). If llama-server computes a read that comes later
-more slowly, a hop costs more than its own time, and the direct baseline (a
-local client sending back to back) is the fastest case there is.
+concurrency 1: its own work (in bench/critical_path.py's stages, about 0.25 ms
+for bench/_relay.py's bare hop and 0.5 ms for the proxy) and two more hand-offs
+between processes. If llama-server computes a read that comes later more
+slowly, a hop costs more than its own time, and the direct baseline (a local
+client sending back to back) is the fastest case there is.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ async def measure(url: str, body: bytes, rounds: int, per_block: int = 40
     """Each way's (round trip, prompt_ms) in microseconds."""
     out: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in BEFORE}
     async with aiohttp.ClientSession() as session:
-        for _ in range(rounds):
-            for label, asleep, spinning in BEFORE:
+        for i in range(rounds):
+            for label, asleep, spinning in BEFORE[i % len(BEFORE):] + BEFORE[:i % len(BEFORE)]:
                 for _ in range(per_block):
                     if asleep:
                         time.sleep(asleep)  # the whole client waits, as a slow one would
@@ -54,7 +55,8 @@ async def measure(url: str, body: bytes, rounds: int, per_block: int = 40
                         answer = await r.read()
                         assert r.status == 200, r.status
                     took = time.perf_counter() - t0
-                    out[label].append((took * 1e6, json.loads(answer)["timings"]["prompt_ms"] * 1e3))
+                    computed = json.loads(answer)["timings"]["prompt_ms"]
+                    out[label].append((took * 1e6, computed * 1e3))
     return out
 
 
@@ -70,7 +72,8 @@ def main() -> None:
     print(f"  {'before each request':22}{'round trip':>20}{'prompt_ms':>20}")
     for label, reads in results.items():
         cells = [statistics.median(r[k] for r in reads) for k in (0, 1)]
-        print(f"  {label:22}" + "".join(f"{c:13.0f} ({c / base[k]:.3f})" for k, c in enumerate(cells)))
+        print(f"  {label:22}"
+              + "".join(f"{c:13.0f} ({c / base[k]:.3f})" for k, c in enumerate(cells)))
 
 
 if __name__ == "__main__":

@@ -134,8 +134,9 @@ def test_calibrate_reads_fits_and_writes_profile_and_report(proxy_url, calibrate
     before, after = profile.metrics["before"], profile.metrics["after"]
     assert before["all"]["n"] == after["all"]["n"] == 60
     # A method is kept for a question type only if it lowers that type's held-out NLL
-    # without raising its ECE. The NLL of all items is the mean of the types', so it
-    # cannot rise either; the ECE of all items can (its bins mix the types).
+    # without raising its ECE. The NLL of all items is the types' NLLs weighted by
+    # their counts, so it cannot rise either; the ECE of all items can (its bins mix
+    # the types).
     for kind in ("choice", "score", "noul"):
         assert after[kind]["ece"] <= before[kind]["ece"] + 1e-12, (kind, before, after)
         assert after[kind]["nll"] <= before[kind]["nll"] + 1e-12, (kind, before, after)
