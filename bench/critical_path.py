@@ -5,7 +5,7 @@
 Runs the proxy and bench/_relay.py's ``protocol`` hop with clock stamps added
 at their seams (wrappers set up before serving; nothing in proxy/ changes),
 sends the same decision through each and straight to llama-server, one at a
-time in alternating blocks, and prints the median microseconds of each stage of
+time in blocks whose order rotates, and prints the median microseconds of each stage of
 a request: from the client's send to the server's first byte, through the
 server's own work before and after llama-server's answer, to the client's last
 byte; beside llama-server's stage, its own ``timings.prompt_ms`` (for direct,
@@ -152,11 +152,14 @@ def prompt_ms(body: bytes) -> float | None:
 
 async def drive(urls: dict[str, tuple[str, bytes]], requests: int
                 ) -> dict[str, list[tuple[float, float, bytes]]]:
-    """Each target's (sent, received, answer), in alternating blocks of 50, one at a time."""
+    """Each target's (sent, received, answer), in blocks of 50 whose order rotates,
+    one request at a time."""
     sent: dict[str, list[tuple[float, float, bytes]]] = {name: [] for name in urls}
+    names = list(urls)
     async with aiohttp.ClientSession() as session:
-        for _ in range(requests // 50):
-            for name, (url, body) in urls.items():
+        for i in range(requests // 50):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                url, body = urls[name]
                 for _ in range(50):
                     t0 = time.perf_counter()
                     async with session.post(url + PATH, data=body) as r:
