@@ -33,7 +33,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _servers import ROOT, _serving, llama_server  # noqa: E402
-from overhead import PATH, PROXY_BODY, decision_labels, direct_body  # noqa: E402
+from overhead import PATH, PROXY_BODY, decision_labels, direct_body, rotated  # noqa: E402
 
 # (stage, from stamp, to stamp); "sent" and "received" are the client's.
 STAGES = [
@@ -158,7 +158,7 @@ async def drive(urls: dict[str, tuple[str, bytes]], requests: int
     names = list(urls)
     async with aiohttp.ClientSession() as session:
         for i in range(requests // 50):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in rotated(names, i):
                 url, body = urls[name]
                 for _ in range(50):
                     t0 = time.perf_counter()

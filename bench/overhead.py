@@ -80,6 +80,12 @@ async def run_batch(session, url, body, n, concurrency, pause_s=0.0) -> tuple[li
     return latencies, time.perf_counter() - started
 
 
+def rotated(items: list, i: int) -> list:
+    """``items`` started at position ``i`` (wrapping): round ``i``'s order, so that no
+    target always comes first."""
+    return items[i % len(items):] + items[:i % len(items)]
+
+
 def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
@@ -101,7 +107,7 @@ async def measure(targets, requests, rounds, concurrency, pause_s=0.0):
         per_round = max(1, requests // rounds)
         names = list(targets)
         for i in range(rounds):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in rotated(names, i):
                 url, body = targets[name]
                 results[name].append(
                     await run_batch(session, url, body, per_round, concurrency, pause_s))

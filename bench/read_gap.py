@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -30,7 +29,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _servers import llama_server, proxy  # noqa: E402
-from overhead import PATH, decision_labels, direct_body  # noqa: E402
+from critical_path import prompt_ms  # noqa: E402
+from overhead import PATH, decision_labels, direct_body, rotated  # noqa: E402
 
 # (label, seconds asleep, seconds spinning) before each request
 BEFORE = [("back to back", 0.0, 0.0), ("sleep 0.5 ms", 0.0005, 0.0),
@@ -43,7 +43,7 @@ async def measure(url: str, body: bytes, rounds: int, per_block: int = 40
     out: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in BEFORE}
     async with aiohttp.ClientSession() as session:
         for i in range(rounds):
-            for label, asleep, spinning in BEFORE[i % len(BEFORE):] + BEFORE[:i % len(BEFORE)]:
+            for label, asleep, spinning in rotated(BEFORE, i):
                 for _ in range(per_block):
                     if asleep:
                         time.sleep(asleep)  # the whole client waits, as a slow one would
@@ -55,8 +55,7 @@ async def measure(url: str, body: bytes, rounds: int, per_block: int = 40
                         answer = await r.read()
                         assert r.status == 200, r.status
                     took = time.perf_counter() - t0
-                    computed = json.loads(answer)["timings"]["prompt_ms"]
-                    out[label].append((took * 1e6, computed * 1e3))
+                    out[label].append((took * 1e6, prompt_ms(answer) * 1e3))
     return out
 
 

@@ -19,6 +19,7 @@ import time
 
 import aiohttp
 from _servers import llama_server, proxy
+from overhead import rotated
 
 from scripts.stack import LLAMA_FLAGS
 
@@ -99,9 +100,7 @@ async def measure(proxy_url: str, fanout_url: str, rounds: int) -> dict[str, lis
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         await one_request(session, url, fresh_state())  # warm-up: labels, connections
         for i in range(rounds):
-            names = list(variants)
-            names = names[i % len(names):] + names[: i % len(names)]
-            for name in names:
+            for name in rotated(list(variants), i):
                 times[name].append(await variants[name](session, fresh_state()))
     return times
 
