@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.stack import start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
-__all__ = ["free_port", "llama_server", "proxy", "proxy_process", "bare_relay", "ROOT"]
+__all__ = ["free_port", "model_path", "llama_server", "proxy", "proxy_process", "bare_relay", "ROOT"]
 
 
 def free_port() -> int:
@@ -42,10 +42,15 @@ def _serving(start: Callable[[int, IO[bytes]], subprocess.Popen], timeout_s: flo
             stop(proc)
 
 
+def model_path() -> Path:
+    """The model the benchmarks serve: ``MODEL``, or the default (fetched if missing)."""
+    return Path(os.environ.get("MODEL") or ensure_model())
+
+
 @contextlib.contextmanager
 def llama_server(binary: Path | None = None, extra: list[str] | None = None) -> Iterator[str]:
     binary = binary or Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
-    model = Path(os.environ.get("MODEL") or ensure_model())
+    model = model_path()
     with _serving(lambda port, log: start_llama_server(binary, model, port, extra, log=log),
                   timeout_s=180) as (url, _):
         yield url
