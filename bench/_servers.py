@@ -18,7 +18,8 @@ sys.path.insert(0, str(ROOT))
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.stack import start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
-__all__ = ["free_port", "model_path", "llama_server", "proxy", "proxy_process", "bare_relay", "ROOT"]
+__all__ = ["free_port", "model_path", "llama_server", "proxy", "proxy_process", "bare_relay",
+           "ROOT"]
 
 
 def free_port() -> int:
