@@ -20,11 +20,12 @@ caches. Targets and ways take turns in rounds whose order rotates.
 
 Why: at concurrency 8 the proxy takes CPU that llama-server would compute
 with (bench/overhead.py's throughput ratio). Measured over whole processes
-(utime in /proc/PID/stat at concurrency 8) the proxy spends about 290 µs of user CPU
-per decision and the bare hop about 130; this shows how much of that
-difference is the proxy's own Python, and how much the cold caches multiply
-it, with a figure steady enough to tell a change of a few microseconds (the
-end-to-end ratios cannot).
+(utime in /proc/PID/stat at concurrency 8) the proxy spends about 290 µs of
+user CPU per decision and the bare hop about 130; this shows how much of that
+difference is the proxy's own Python and how much the cold caches multiply it.
+The warm figure is steady to about a microsecond, fine enough to judge a change
+to the proxy's path that bench/overhead.py cannot resolve; the cold one moves by
+10-20% between runs.
 """
 
 from __future__ import annotations
@@ -64,16 +65,15 @@ Decision = Callable[[], Awaitable[None]]
 
 
 class Recording:
-    """A transport that counts the answers written (and those that are 200s) and
-    wakes whoever waits for the next one."""
+    """A transport that counts the 200s written, keeps the last answer and wakes
+    whoever waits for the next one."""
 
     def __init__(self) -> None:
-        self.answers = self.ok = 0
+        self.ok = 0
         self.last = b""
         self.waiter: asyncio.Future[None] | None = None
 
     def write(self, data: bytes) -> None:
-        self.answers += 1
         self.ok += data.startswith(_OK)
         self.last = data
         if self.waiter is not None and not self.waiter.done():
