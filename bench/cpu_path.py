@@ -161,8 +161,12 @@ async def measure(llama_url: str, decisions: int, evict_bytes: int, rounds: int
     weights = b"\x01" * evict_bytes
     async with AsyncExitStack() as stack:
         once, outs, replay = await targets(llama_url, stack, weights)
-        asyncio.get_running_loop().set_exception_handler(
-            lambda _, context: [out.fail(context) for out in outs.values()])
+
+        def failed(_: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            for out in outs.values():
+                out.fail(context)
+
+        asyncio.get_running_loop().set_exception_handler(failed)
         for name, run in once.items():  # warm every path
             for _ in range(100):
                 await run()
