@@ -198,6 +198,7 @@ def _response_schemas(schemas: dict[str, Schema]) -> None:
     )
     schemas["Models"] = _obj(
         ("data", "models"), object={"const": "list"},
+        x_llama_build={"type": "string", "description": "llama-server's build (/props build_info)"},
         data={"type": "array", "items": _obj(("id",), id={"type": "string"})},
         models={"type": "array", "items": _obj(
             ("name", "description", "release_date"), name={"type": "string"},

@@ -10,6 +10,7 @@ the route ("auto" above the profile's threshold, "review" otherwise).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,10 +21,12 @@ from .decision.debias import shifts
 from .decision.question import Question
 from .errors import InvalidRequest
 from .service import Outcome
+from .upstream import ModelInfo
 
 __all__ = ["ProfileStore", "ProfileRefused", "calibrate", "debias_for", "NO_PROFILE"]
 
 NO_PROFILE = "none"
+_log = logging.getLogger("proxy.profiles")
 _MAX_NAME = 128
 
 
@@ -41,6 +44,7 @@ class ProfileStore:
         self._dir = Path(directory)
         self._default = default
         self._cache: dict[str, tuple[float, profiles.Profile]] = {}
+        self._warned: set[tuple[str, str, str]] = set()
 
     def select(self, requested: str | None, *, param: str) -> profiles.Profile | None:
         """The profile a request asked for (or the default); ``None`` for none."""
@@ -63,12 +67,20 @@ class ProfileStore:
         except (profiles.ProfileError, OSError) as err:
             raise ProfileRefused(str(err), param=param) from err
 
-    @staticmethod
-    def check(profile: profiles.Profile, model: str, *, param: str) -> None:
+    def check(self, profile: profiles.Profile, info: ModelInfo, *, param: str) -> None:
+        """Refuse a profile fitted for another model or prompt format; warn (once per
+        profile and build) when it was fitted on another llama.cpp build."""
         try:
-            profiles.check_compatible(profile, model, PROMPT_FORMAT_VERSION)
+            profiles.check_compatible(profile, info.id, PROMPT_FORMAT_VERSION)
         except profiles.ProfileMismatch as err:
             raise ProfileRefused(str(err), param=param) from err
+        if profiles.other_build(profile, info.build) and (
+                (seen := (profile.name, profile.llama_build, info.build)) not in self._warned):
+            self._warned.add(seen)
+            _log.warning(
+                "calibration profile %r was fitted on llama.cpp %s and is applied on %s: "
+                "the builds' probabilities can differ slightly; refit it on this build",
+                profile.name, profile.llama_build, info.build)
 
 
 def debias_for(profile: profiles.Profile | None, question: Question,

@@ -14,9 +14,11 @@ one of our own types; every failure leaves as an ``UpstreamError`` (see
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -34,6 +36,8 @@ from .errors import (
 )
 
 __all__ = ["Upstream", "NextToken", "ModelInfo", "Relay"]
+
+_log = logging.getLogger("proxy.upstream")
 
 # Hop-by-hop and framing headers never copied between the two connections.
 _HOP_HEADERS = frozenset(
@@ -83,6 +87,8 @@ class ModelInfo:
     aliases: tuple[str, ...] = ()
     output_modalities: tuple[str, ...] = ("text",)
     created: int | None = None
+    build: str = ""   # llama.cpp's build (/props build_info), "" when not told
+    path: str = ""    # the GGUF path llama-server loaded (/props model_path)
 
 
 @dataclass
@@ -99,6 +105,7 @@ class Upstream:
     def __init__(self, settings: Settings, session: aiohttp.ClientSession | None = None):
         self._base = settings.upstream_url.rstrip("/")
         self._retry_after = settings.retry_after_s
+        self._down_since: float | None = None  # when llama-server stopped answering
         # Streams may run longer than one call; they are bounded between chunks instead.
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=settings.connect_timeout_s,
@@ -183,7 +190,7 @@ class Upstream:
             entry = data["data"][0]
             meta = entry.get("meta") or {}
             architecture = entry.get("architecture") or {}
-            return ModelInfo(
+            info = ModelInfo(
                 str(entry["id"]), meta.get("n_vocab"), meta.get("n_ctx"),
                 tuple(str(a) for a in entry.get("aliases") or ()),
                 tuple(str(m) for m in architecture.get("output_modalities") or ("text",)),
@@ -191,6 +198,15 @@ class Upstream:
             )
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise UpstreamBadResponse("llama-server's /v1/models answer names no model") from exc
+        try:  # the build and the path are extras: a server without /props still serves
+            props = await self._request_json("GET", "/props", None)
+        except (UpstreamRejected, UpstreamBadResponse):
+            return info
+        if not isinstance(props, dict):
+            return info
+        build, path = props.get("build_info"), props.get("model_path")
+        return replace(info, build=build if isinstance(build, str) else "",
+                       path=path if isinstance(path, str) else "")
 
     async def models_list(self) -> dict[str, Any]:
         """llama-server's ``/v1/models`` answer, as a JSON object."""
@@ -207,9 +223,29 @@ class Upstream:
 
     async def health(self) -> bool:
         try:
-            return (await self._pool.request("GET", "/health", timeout_s=1.5)).status == 200
-        except (OSError, ResponseError, TimeoutError):
+            status = (await self._pool.request("GET", "/health", timeout_s=1.5)).status
+        except TimeoutError:
             return False
+        except (OSError, ResponseError) as exc:
+            self._mark_down(type(exc).__name__)
+            return False
+        self._mark_up()
+        return status == 200
+
+    def _mark_down(self, why: str) -> None:
+        """Log once when llama-server stops answering (not once per request)."""
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            _log.warning(
+                "llama-server at %s is unreachable (%s): it is not running or is restarting "
+                "(its own log says why; under make run the supervisor starts it again). "
+                "Requests get 503 with Retry-After until it answers.", self._base, why)
+
+    def _mark_up(self) -> None:
+        if self._down_since is not None:
+            _log.info("llama-server at %s answers again, after %.1fs unreachable",
+                      self._base, time.monotonic() - self._down_since)
+            self._down_since = None
 
     # -- pass-through ---------------------------------------------------------
 
@@ -225,6 +261,7 @@ class Upstream:
                 method, self._base + path, data=body, headers=out_headers,
                 timeout=self._stream_timeout, auto_decompress=False,
             ) as resp:
+                self._mark_up()
                 copy = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
                 if resp.status == 503 and "Retry-After" not in copy:
                     copy["Retry-After"] = str(self._retry_after)
@@ -260,6 +297,7 @@ class Upstream:
                         method, path, data, self._json_headers, timeout_s=self._request_timeout_s)
         except Exception as exc:  # noqa: BLE001 - translated, never swallowed
             raise self._translate(exc) from exc
+        self._mark_up()
         if resp.status != 200:
             raise self._status_error(resp.status, resp.body, path)
         try:
@@ -287,6 +325,7 @@ class Upstream:
         # OSError: refused, reset, unreachable, a name that does not resolve (a
         # TimeoutError is an OSError too, which is why it is matched first)
         if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
+            self._mark_down(type(exc).__name__)
             return UpstreamUnavailable(
                 f"llama-server is unreachable: {type(exc).__name__}",
                 retry_after_s=self._retry_after,

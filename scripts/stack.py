@@ -1,47 +1,79 @@
-"""Start llama-server and the proxy side by side (``make run``), or either alone (tests).
+"""Start llama-server and the proxy side by side and keep them up (``make run``), or either alone (tests).
 
     python scripts/stack.py        # both in the foreground; Ctrl-C stops both
 
+It behaves like a small supervisor, as the compose file's restart policy does in
+production: a process that dies is reported in words (``probe.explain_exit``)
+and started again after a back-off (1, 2, 4, 8, 16 s); after five crashes in a
+row, each within a minute of its start, it gives up with a message. While
+llama-server is down the proxy answers 503 with ``Retry-After``.
+
 Environment: ``PROXY_PORT`` (8080), ``LLAMA_PORT`` (8081), ``MODEL`` (a .gguf;
 default SmolLM2-135M-Instruct, fetched once), ``LLAMA_SERVER`` (an existing
-binary; default the pinned build, fetched once), ``LLAMA_ARGS`` (extra flags).
+binary; default the build chosen for this CPU by ``prepare.py``), ``GPU=1``
+(a GPU-capable build, the model offloaded), ``LLAMA_ARGS`` (extra flags).
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
+from scripts.cpu import level, read_cpu  # noqa: E402
+from scripts.prepare import choose_llama_server, ensure_model, gpu_requested  # noqa: E402
+from scripts.probe import explain_exit, log_tail  # noqa: E402
 
-__all__ = ["LLAMA_FLAGS", "start_llama_server", "start_proxy", "wait_ready", "stop"]
+__all__ = ["LLAMA_FLAGS", "ServerExited", "Supervised", "file_tail", "llama_exit_reason",
+           "start_llama_server", "start_proxy", "stop", "wait_ready"]
 
 # 4 slots with 8192 tokens each: room for 255 options, concurrent decisions and
 # prompt-cache reuse per slot; --metrics so Prometheus can scrape llama-server too.
 LLAMA_FLAGS = ["-np", "4", "-c", "32768", "--metrics"]
 ROOT = Path(__file__).resolve().parent.parent
+_BACKOFF_S = (1, 2, 4, 8, 16)
+_STABLE_S = 60.0   # a process up this long has recovered: its crash count starts again
+
+
+def _die_with_parent() -> None:
+    """In the child: be sent SIGTERM when the process that started us dies (Linux
+    ``PR_SET_PDEATHSIG``), so a killed test run or ``make run`` leaves nothing behind."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class ServerExited(RuntimeError):
+    """A process exited before it was ready; the message says what happened and what to do."""
 
 
 def start_llama_server(
     binary: Path, model: Path, port: int, extra: list[str] | None = None, log=None
 ) -> subprocess.Popen:
+    """llama-server on ``model``, served under the GGUF's stem as its model id (``--alias``),
+    so ``/v1/models`` does not show the machine's file paths."""
     env = dict(os.environ)
     libdir = str(Path(binary).parent)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libdir, env.get("LD_LIBRARY_PATH")]))
-    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-           *LLAMA_FLAGS, *(extra or [])]
+    cmd = [str(binary), "-m", str(model), "--alias", Path(model).stem, "--host", "127.0.0.1",
+           "--port", str(port), *LLAMA_FLAGS, *(extra or [])]
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
-                            start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=_die_with_parent)
 
 
 def start_proxy(port: int, upstream_url: str, extra: list[str] | None = None, log=None,
@@ -49,15 +81,36 @@ def start_proxy(port: int, upstream_url: str, extra: list[str] | None = None, lo
     cmd = [sys.executable, "-m", "proxy", "--port", str(port), "--upstream-url", upstream_url,
            *(extra or [])]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT if log else None, start_new_session=True)
+                            stderr=subprocess.STDOUT if log else None,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=_die_with_parent)
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:
-    """Poll ``url`` until it answers 200; fail early if ``proc`` exits."""
+def file_tail(path: str | Path, limit: int = 64 * 1024) -> str:
+    """The end of a log file (empty when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def llama_exit_reason(log: Callable[[], str]) -> Callable[[int], str]:
+    """A ``why`` for ``wait_ready``: a llama-server exit explained with this CPU's level."""
+    return lambda rc: explain_exit(rc, log(), has=level(read_cpu()))
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0, *,
+               why: Callable[[int], str] | None = None) -> None:
+    """Poll ``url`` until it answers 200; raise ``ServerExited`` with ``why(returncode)``
+    at once if ``proc`` exits first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before it was ready")
+            rc = proc.returncode
+            raise ServerExited(why(rc) if why else
+                               f"{Path(str(proc.args[0])).name} exited with {rc} before it was ready")
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.status == 200:
@@ -78,34 +131,139 @@ def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
             proc.wait()
 
 
+class Supervised:
+    """One process kept running: its output echoed and its last lines kept for the message
+    that explains an exit; restarted with back-off until it crashes too often."""
+
+    def __init__(self, name: str, start: Callable[..., subprocess.Popen], ready_url: str,
+                 explain: Callable[[int, str], str], ready_timeout_s: float = 180.0):
+        self.name, self._start, self.ready_url = name, start, ready_url
+        self._explain, self._ready_timeout_s = explain, ready_timeout_s
+        self._tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.proc: subprocess.Popen | None = None
+        self._echoing: threading.Thread | None = None
+        self.started_at = 0.0
+        self.crashes = 0
+        self.answering = False
+
+    def start(self) -> None:
+        self._tail.clear()
+        self.answering = False
+        self.proc = self._start(log=subprocess.PIPE)
+        self.started_at = time.monotonic()
+        self._echoing = threading.Thread(target=self._echo, args=(self.proc,), daemon=True)
+        self._echoing.start()
+
+    def _echo(self, proc: subprocess.Popen) -> None:
+        with proc.stdout:
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace")
+                self._tail.append(line)
+                sys.stdout.write(line)
+        sys.stdout.flush()
+
+    def wait_ready(self) -> None:
+        wait_ready(self.ready_url, self.proc, self._ready_timeout_s, why=self.reason)
+        self.answering = True
+
+    def reason(self, returncode: int) -> str:
+        self.proc.wait()
+        self._echoing.join(5)  # the last lines, up to the end of its output
+        return self._explain(returncode, "".join(self._tail))
+
+    def back_up(self) -> bool:
+        """True once, when a restarted process answers its ready URL again."""
+        if self.answering or self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
+                self.answering = resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+        return self.answering
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def restart_after_exit(self, say: Callable[[str], None]) -> None:
+        """Report the exit and start again after the back-off; raise ``ServerExited``
+        once it has crashed five times in a row, each soon after its start."""
+        say(f"{self.name} stopped: {self.reason(self.proc.returncode)}")
+        self.crashes = 1 if time.monotonic() - self.started_at > _STABLE_S else self.crashes + 1
+        if self.crashes > len(_BACKOFF_S):
+            raise ServerExited(f"{self.name} crashed {self.crashes - 1} times in a row, each "
+                               f"within {_STABLE_S:.0f}s of its start; giving up")
+        delay = _BACKOFF_S[self.crashes - 1]
+        say(f"starting {self.name} again in {delay}s ({self.crashes} of "
+            f"{len(_BACKOFF_S)} quick restarts)")
+        time.sleep(delay)
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+
+
+def _say(msg: str) -> None:
+    print(f"[run] {msg}", flush=True)
+
+
+def _llama_binary() -> tuple[Path, list[str], str]:
+    """The llama-server to run, the flags its choice needs, and what to call it."""
+    if os.environ.get("LLAMA_SERVER"):
+        path = Path(os.environ["LLAMA_SERVER"])
+        return path, [], f"{path} (LLAMA_SERVER, not probed)"
+    choice = choose_llama_server(gpu=gpu_requested())
+    return Path(choice.binary), choice.args, choice.summary()
+
+
 def main() -> int:
     started = time.monotonic()
     proxy_port = int(os.environ.get("PROXY_PORT") or 8080)
     llama_port = int(os.environ.get("LLAMA_PORT") or 8081)
-    binary = Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
+    binary, choice_args, described = _llama_binary()
     model = Path(os.environ.get("MODEL") or ensure_model())
     for path in (binary, model):
         if not path.exists():
             raise SystemExit(f"not found: {path}")
-    print(f"[run] llama-server {binary}\n[run] model {model}", flush=True)
-    llama = start_llama_server(binary, model, llama_port, shlex.split(os.environ.get("LLAMA_ARGS", "")))
-    procs = [llama]
+    _say(f"llama-server: {described}\n[run] model {model}")
+    extra = [*choice_args, *shlex.split(os.environ.get("LLAMA_ARGS", ""))]
+    has = level(read_cpu())
+    llama = Supervised(
+        "llama-server",
+        lambda log: start_llama_server(binary, model, llama_port, extra, log=log),
+        f"http://127.0.0.1:{llama_port}/health",
+        lambda rc, log: explain_exit(rc, log, has=has))
+    proxy = Supervised(
+        "the proxy",
+        lambda log: start_proxy(proxy_port, f"http://127.0.0.1:{llama_port}", log=log),
+        f"http://127.0.0.1:{proxy_port}/health",
+        lambda rc, log: f"exited with {rc}; its output ends:\n{log_tail(log)}", 30.0)
+    children = [llama, proxy]
     try:
-        wait_ready(f"http://127.0.0.1:{llama_port}/health", llama)
-        proxy = start_proxy(proxy_port, f"http://127.0.0.1:{llama_port}")
-        procs.append(proxy)
-        wait_ready(f"http://127.0.0.1:{proxy_port}/health", proxy, timeout_s=30)
-        print(f"[run] ready in {time.monotonic() - started:.0f}s: proxy http://127.0.0.1:{proxy_port}"
-              f" -> llama-server http://127.0.0.1:{llama_port} (Ctrl-C stops both)", flush=True)
-        while all(p.poll() is None for p in procs):
+        for child in children:
+            child.start()
+            child.wait_ready()
+        _say(f"ready in {time.monotonic() - started:.0f}s: proxy http://127.0.0.1:{proxy_port}"
+             f" -> llama-server http://127.0.0.1:{llama_port} (Ctrl-C stops both)")
+        while True:
+            for child in children:
+                if child.exited():
+                    child.restart_after_exit(_say)
+                elif child.back_up():
+                    _say(f"{child.name} is answering again "
+                         f"({time.monotonic() - child.started_at:.1f}s after its restart)")
             time.sleep(0.5)
-        return next(p.returncode for p in procs if p.poll() is not None) or 1
     except KeyboardInterrupt:
-        print("\n[run] stopping", flush=True)
+        print(flush=True)
+        _say("stopping")
         return 0
+    except ServerExited as err:
+        _say(str(err))
+        return 1
     finally:
-        for proc in reversed(procs):
-            stop(proc)
+        for child in reversed(children):
+            child.stop()
 
 
 def _interrupt(*_: object) -> None:

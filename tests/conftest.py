@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from scripts.prepare import ensure_llama_server, ensure_model
-from scripts.stack import start_llama_server, start_proxy, stop, wait_ready
+from scripts.stack import (file_tail, llama_exit_reason, start_llama_server, start_proxy, stop,
+                           wait_ready)
 
 __all__ = ["LlamaServer", "free_port", "launch_llama", "launch_proxy"]
 
@@ -61,7 +62,8 @@ def launch_llama(logs_dir: Path, name: str, port: int | None = None):
     log = open(logs_dir / f"{name}-{port}.log", "ab")
     proc = start_llama_server(binary, model, port, log=log)
     try:
-        wait_ready(f"http://127.0.0.1:{port}/health", proc)
+        wait_ready(f"http://127.0.0.1:{port}/health", proc,
+                   why=llama_exit_reason(lambda: file_tail(log.name)))
     except BaseException:
         stop(proc)
         log.close()
@@ -75,7 +77,8 @@ def launch_proxy(logs_dir: Path, upstream_url: str, *extra: str, env: dict[str, 
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PROXY_", "UPSTREAM_"))}
     proc = start_proxy(port, upstream_url, list(extra), log=log, env={**clean, **(env or {})})
     try:
-        wait_ready(f"http://127.0.0.1:{port}/metrics", proc, timeout_s=30)
+        wait_ready(f"http://127.0.0.1:{port}/metrics", proc, timeout_s=30,
+                   why=lambda rc: f"the proxy exited with {rc}: {file_tail(log.name)[-2000:]}")
     except BaseException:
         stop(proc)
         log.close()

@@ -33,6 +33,7 @@ class StandIn:
         self.url = f"http://127.0.0.1:{self.port}"
         self.cancelled = 0  # slow answers whose client went away
         self.hits = 0  # requests received, on any path
+        self.hits_chat = 0  # chat completions received
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -95,6 +96,7 @@ class StandIn:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         await request.read()
+        self.hits_chat += 1
         if self.mode == "slow":
             try:
                 await asyncio.sleep(self.delay_s)

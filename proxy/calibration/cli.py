@@ -70,7 +70,7 @@ def fit_profile(
     data_sha256: str, target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED,
     folds: int = 5, seed: int = 0,
     methods: Sequence[str] = ("temperature", *EXTRA_METHODS), debias: str | None = None,
-    plain: Sequence[Labelled] | None = None, created: str | None = None,
+    plain: Sequence[Labelled] | None = None, created: str | None = None, llama_build: str = "",
 ) -> Fitted:
     """Fit on ``readings`` (the debiased ones when ``debias`` is set; ``plain`` then holds the
     same items read without debiasing, fitted on the same folds for the report)."""
@@ -94,6 +94,7 @@ def fit_profile(
         threshold=Threshold(target_accuracy, chosen.threshold, chosen.coverage, chosen.accuracy,
                             chosen.count, min_automated),
         debias=debias, n_items=len(readings), folds=folds, seed=seed, metrics=metrics,
+        llama_build=llama_build,
     )
     return Fitted(profile, fit, plain_fit)
 
@@ -123,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 < args.target_accuracy <= 1 or args.folds < 2:
             raise ValueError("--target-accuracy must be in (0, 1] and --folds at least 2")
         items = load_items(args.data, args.limit)
-        model = served_model(args.url, args.api_key)
+        model, build = served_model(args.url, args.api_key)
         plain = _read(items, args, None)
         debiased = _read(items, args, args.debias) if args.debias else None
         fitted = fit_profile(
@@ -132,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             data_sha256=data_sha256(args.data), target_accuracy=args.target_accuracy,
             min_automated=args.min_automated,
             folds=args.folds, seed=args.seed, methods=methods, debias=args.debias,
-            plain=[r.labelled for r in plain] if debiased else None)
+            plain=[r.labelled for r in plain] if debiased else None, llama_build=build)
     except (ValueError, ReadError, OSError) as exc:  # DataError and ProfileError are ValueErrors
         kind = "data" if isinstance(exc, DataError) else "error"
         print(f"calibrate: {kind}: {exc}", file=sys.stderr)

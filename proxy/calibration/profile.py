@@ -59,6 +59,7 @@ __all__ = [
     "apply",
     "route",
     "check_compatible",
+    "other_build",
 ]
 
 PROFILE_FORMAT = 1
@@ -124,6 +125,7 @@ class Profile:
     folds: int = 0
     seed: int = 0
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    llama_build: str = ""  # llama-server's /props build_info when fitted ("" if not known)
 
     def method(self, kind: str) -> str:
         """The method applied to answers of this question type ("none" when not fitted)."""
@@ -137,6 +139,7 @@ class Profile:
             "created": self.created,
             "model": self.model,
             "prompt_format_version": self.prompt_format_version,
+            "llama_build": self.llama_build,
             "data_sha256": self.data_sha256,
             "n_items": self.n_items,
             "folds": self.folds,
@@ -229,12 +232,14 @@ def _from_json(data: Any) -> Profile:
     for key in ("name", "model", "prompt_format_version", "created", "data_sha256"):
         if not isinstance(data[key], str):
             raise ProfileInvalid(f"{key} must be a string")
+    if not isinstance(data.get("llama_build", ""), str):
+        raise ProfileInvalid("llama_build must be a string")
     return Profile(
         name=data["name"], model=data["model"], prompt_format_version=data["prompt_format_version"],
         created=data["created"], data_sha256=data["data_sha256"], calibration=calibration,
         threshold=threshold, debias=data.get("debias"), n_items=int(data.get("n_items", 0)),
         folds=int(data.get("folds", 0)), seed=int(data.get("seed", 0)),
-        metrics=dict(data.get("metrics") or {}),
+        metrics=dict(data.get("metrics") or {}), llama_build=data.get("llama_build", ""),
     )
 
 
@@ -296,12 +301,25 @@ def route(profile: Profile, probabilities: Sequence[float]) -> Literal["auto", "
 
 
 def _same_model(fitted: str, served: str) -> bool:
-    """Equal ids, or the same GGUF file name (llama-server's id is the path it was given,
-    which differs between a laptop and a container)."""
+    """Equal ids, or the same GGUF file: llama-server's id is the path it was given (which
+    differs between a laptop and a container) or its ``--alias``, the file's stem."""
     if fitted == served:
         return True
-    names = {PureWindowsPath(PurePosixPath(m).name).name for m in (fitted, served)}
-    return len(names) == 1 and fitted.lower().endswith(".gguf")
+    if not any(m.lower().endswith(".gguf") for m in (fitted, served)):
+        return False
+    stems = {_gguf_stem(m) for m in (fitted, served)}
+    return len(stems) == 1
+
+
+def _gguf_stem(model: str) -> str:
+    name = PureWindowsPath(PurePosixPath(model).name).name
+    return name[:-5] if name.lower().endswith(".gguf") else name
+
+
+def other_build(profile: Profile, served_build: str) -> bool:
+    """Whether the profile was fitted on another llama.cpp build than the one serving now
+    (both known): its probabilities may differ slightly, so a route should warn."""
+    return bool(profile.llama_build and served_build) and profile.llama_build != served_build
 
 
 def check_compatible(profile: Profile, model: str, prompt_format_version: str) -> None:

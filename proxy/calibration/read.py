@@ -74,12 +74,15 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def served_model(url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
-    """The model id the proxy serves: ``GET /v1/models`` -> ``data[0].id``."""
+def served_model(url: str, api_key: str | None = None,
+                 timeout_s: float = 30.0) -> tuple[str, str]:
+    """The model id the proxy serves and llama-server's build: ``GET /v1/models`` ->
+    ``data[0].id`` and ``x_llama_build`` ("" when not told)."""
     resp = httpx.get(url.rstrip("/") + "/v1/models", headers=_headers(api_key), timeout=timeout_s)
     if resp.status_code != 200:
         raise ReadError(f"GET /v1/models answered {resp.status_code}: {resp.text[:300]}")
-    return str(resp.json()["data"][0]["id"])
+    body = resp.json()
+    return str(body["data"][0]["id"]), str(body.get("x_llama_build") or "")
 
 
 def _reading(item: Item, body: dict[str, Any]) -> Reading:

@@ -55,7 +55,7 @@ async def chat_decision(
     service, store = app[SERVICE], app[PROFILES]
     profile = store.select(call.calibration, param="semif.calibration")
     if profile is not None:
-        store.check(profile, (await service.model()).id, param="semif.calibration")
+        store.check(profile, await service.model(), param="semif.calibration")
     outcome = calibrate(profile, await service.decide(
         body["messages"], call.question, body.get("chat_template_kwargs"),
         debias=debias_for(profile, call.question, call.debias),

@@ -10,7 +10,7 @@ from ..app_keys import KIND, SERVICE, SETTINGS
 from ..errors import InvalidRequest
 from ..protocol.decisions import parse_request, response_body
 from .common import check_depth, json_object, json_response
-from .systemone import accepted_model_names
+from .systemone import accepted_model_names, accepts_model
 
 __all__ = ["decisions", "decisions_answer"]
 
@@ -30,9 +30,9 @@ async def decisions_answer(app: web.Application, body: dict[str, Any], raw: byte
         raise InvalidRequest(f"the input is {len(call.state_text)} characters; the limit is {limit}",
                              param="input", code="input_too_long")
     service = app[SERVICE]
-    accepted = accepted_model_names(await service.model())
-    if call.model not in accepted:
-        raise InvalidRequest(f"unknown model {call.model!r}; this server answers as {accepted}",
-                             param="model", code="model_not_found")
+    info = await service.model()
+    if not accepts_model(info, call.model):
+        raise InvalidRequest(f"unknown model {call.model!r}; this server answers as "
+                             f"{accepted_model_names(info)}", param="model", code="model_not_found")
     outcomes = await service.decide_many(call.state_text, call.questions)
     return response_body(call, outcomes)

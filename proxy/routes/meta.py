@@ -42,4 +42,5 @@ async def models(request: web.Request) -> web.StreamResponse:
          "release_date": released}
         for name in accepted_model_names(info)
     ]
+    body["x_llama_build"] = info.build
     return json_response(body)

@@ -18,14 +18,23 @@ from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, re
 from ..upstream import ModelInfo
 from .common import check_depth, json_object, json_response, relay
 
-__all__ = ["system_one", "system_one_answer", "served_here", "accepted_model_names"]
+__all__ = [
+    "accepted_model_names", "accepts_model", "served_here", "system_one", "system_one_answer",
+]
 
 
 def accepted_model_names(info: ModelInfo) -> list[str]:
-    """Names a request may use for the served model: the System One default alias,
-    llama-server's model id and aliases, and the GGUF file's stem."""
+    """Names listed for the served model: the System One default alias, llama-server's
+    model id and aliases, and the GGUF file's stem (``make run`` starts llama-server
+    with the stem as ``--alias``, so no file path is shown)."""
     names = [DEFAULT_MODEL, info.id, *info.aliases, PurePath(info.id).stem]
     return list(dict.fromkeys(n for n in names if n))
+
+
+def accepts_model(info: ModelInfo, name: str | None) -> bool:
+    """Whether a request naming ``name`` is for the served model: a listed name, or the
+    GGUF path llama-server loaded (accepted for clients that send it, never listed)."""
+    return name in accepted_model_names(info) or bool(info.path) and name == info.path
 
 
 async def system_one(request: web.Request) -> web.StreamResponse:
@@ -58,17 +67,17 @@ async def system_one_answer(
         raise Unprocessable([{"loc": ["body", "state"], "type": "string_too_long",
                               "msg": f"the state is {len(call.state_text)} characters; "
                                      f"the limit is {limit}"}])
-    accepted = accepted_model_names(info)
-    if call.model is not None and call.model not in accepted:
+    if call.model is not None and not accepts_model(info, call.model):
         raise Unprocessable([{
             "loc": ["body", "model"],
-            "msg": f"unknown model {call.model!r}; this server answers as {accepted}",
+            "msg": f"unknown model {call.model!r}; this server answers as "
+                   f"{accepted_model_names(info)}",
             "type": "value_error",
         }])
     store = app[PROFILES]
     profile = store.select(call.calibration, param="x_calibration")
     if profile is not None:
-        store.check(profile, info.id, param="x_calibration")
+        store.check(profile, info, param="x_calibration")
     debias = {qid: debias_for(profile, q, call.debias.get(qid, ()))
               for qid, q in call.questions.items()}
     outcomes = await app[SERVICE].decide_many(call.state_text, call.questions, debias=debias)

@@ -112,3 +112,26 @@ def test_dashboard_panels_are_distinct_and_use_the_datasource_variable():
     assert len(ids) == len(set(ids))
     assert {p["datasource"]["uid"] for p in DASHBOARD["panels"]} == {"${datasource}"}
     assert DASHBOARD["templating"]["list"][0]["query"] == "prometheus"
+
+
+def _merged(base: dict, override: dict) -> dict:
+    """Compose's merge of an override file, for mappings (what the GPU file uses)."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(
+            out.get(key), dict) else copy.deepcopy(value)
+    return out
+
+
+def test_the_gpu_variant_reserves_a_gpu_and_offloads_the_model():
+    gpu = yaml.safe_load((ROOT / "docker-compose.gpu.yml").read_text())
+    merged = _merged(COMPOSE, gpu)
+    assert schema_errors(merged) == [] and schema_errors(gpu) == []
+    llama = merged["services"]["llama"]
+    assert llama["build"]["args"]["LLAMA_TAG"] == "server-cuda-b11434"
+    assert llama["build"]["dockerfile"] == "Dockerfile.llama"  # the rest of the base kept
+    assert llama["environment"]["LLAMA_ARG_N_GPU_LAYERS"] == "999"
+    assert llama["environment"]["LLAMA_ARG_PORT"] == "8081"
+    (device,) = llama["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert set(merged["services"]) == set(COMPOSE["services"])

@@ -1,5 +1,6 @@
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +17,7 @@ from proxy.calibration.profile import (
     apply,
     check_compatible,
     load,
+    other_build,
     profile_path,
     route,
     save,
@@ -41,6 +43,7 @@ def _profile(name="tickets", threshold=0.8, **calibration):
                             96 if threshold is not None else 0, 10),
         debias="cyclic", n_items=240, folds=5, seed=0,
         metrics={"before": {"all": {"ece": 0.2}}, "after": {"all": {"ece": 0.05}}},
+        llama_build="b11434-unknown",
     )
 
 
@@ -51,6 +54,7 @@ def test_round_trip_through_the_file(tmp_path):
     assert load("tickets", tmp_path) == profile
     data = json.loads(path.read_text())
     assert data["profile_format"] == 1 and data["debias"] == "cyclic"
+    assert data["llama_build"] == "b11434-unknown"
     assert data["calibration"]["choice"] == {"method": "temperature",
                                              "params": {"temperature": 2.0}, "n_items": 120}
     assert data["threshold"] == {"target_accuracy": 0.95, "threshold": 0.8, "coverage": 0.4,
@@ -109,7 +113,8 @@ def test_route_by_the_threshold(threshold, probs, expected):
 @pytest.mark.parametrize(
     ("model", "version"),
     [(MODEL, PROMPT_FORMAT_VERSION),
-     ("/opt/ml/model/SmolLM2-135M-Instruct.Q4_1.gguf", PROMPT_FORMAT_VERSION)],  # same file
+     ("/opt/ml/model/SmolLM2-135M-Instruct.Q4_1.gguf", PROMPT_FORMAT_VERSION),  # same file
+     ("SmolLM2-135M-Instruct.Q4_1", PROMPT_FORMAT_VERSION)],  # the file's stem, as --alias
 )
 def test_compatible_profiles_pass(model, version):
     check_compatible(_profile(), model, version)
@@ -186,6 +191,7 @@ def _corrupt(data, path, value):
         (("model",), 3),
         (("debias",), "random"),
         (("name",), "other"),  # the file holds another profile
+        (("llama_build",), 11434),
     ],
 )
 def test_invalid_profiles_are_refused(tmp_path, path, value):
@@ -213,3 +219,23 @@ def test_a_file_that_is_not_json_is_invalid(tmp_path):
 def test_every_profile_error_is_a_value_error():
     for cls in (InvalidProfileName, ProfileNotFound, ProfileInvalid, ProfileMismatch):
         assert issubclass(cls, ProfileError) and issubclass(cls, ValueError)
+
+
+def test_a_profile_without_a_build_loads_as_unknown(tmp_path):
+    data = _profile().to_json()
+    del data["llama_build"]  # fitted before builds were recorded
+    (tmp_path / "tickets.json").write_text(json.dumps(data))
+    assert load("tickets", tmp_path).llama_build == ""
+
+
+@pytest.mark.parametrize(
+    ("fitted", "served", "other"),
+    [
+        ("b11434-unknown", "b11434-unknown", False),
+        ("b11434-unknown", "b10434-1a2b3c4", True),
+        ("", "b10434-1a2b3c4", False),   # not known when fitted: nothing to compare
+        ("b11434-unknown", "", False),   # the server does not say
+    ],
+)
+def test_another_build_is_told_apart(fitted, served, other):
+    assert other_build(replace(_profile(), llama_build=fitted), served) is other

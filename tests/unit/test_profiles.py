@@ -1,14 +1,16 @@
 """Applying a calibration profile to an outcome (pure)."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from proxy.calibration.profile import KindCalibration, Profile, Threshold
 from proxy.decision.question import choice_question
 from proxy.decision.readout import decide
-from proxy.profiles import calibrate, debias_for
+from proxy.profiles import ProfileStore, calibrate, debias_for
 from proxy.service import Outcome
+from proxy.upstream import ModelInfo
 
 
 def _profile(method="temperature", params=None, threshold=0.5, debias=None):
@@ -50,3 +52,17 @@ def test_no_profile_leaves_the_outcome_alone():
 def test_a_profile_fitted_debiased_debiases(debias, requested, expected):
     q = choice_question(["billing", "shipping"])
     assert debias_for(_profile(debias=debias), q, requested) == expected
+
+
+def test_a_profile_from_another_llama_build_is_applied_with_one_warning(tmp_path, caplog):
+    store = ProfileStore(tmp_path)
+    profile = replace(_profile(), llama_build="b11434-unknown")
+    served = ModelInfo("m.gguf", 49152, 8192, build="b10434-abc")
+    with caplog.at_level("WARNING", logger="proxy.profiles"):
+        for _ in range(3):
+            store.check(profile, served, param="semif.calibration")  # not refused
+        store.check(profile, replace(served, build="b11434-unknown"), param="semif.calibration")
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == [
+        "calibration profile 'p' was fitted on llama.cpp b11434-unknown and is applied on "
+        "b10434-abc: the builds' probabilities can differ slightly; refit it on this build"]
