@@ -13,7 +13,7 @@ from pathlib import Path
 
 from _servers import ROOT
 
-from scripts.prepare import ensure_llama_server, ensure_model
+from scripts.prepare import choose_llama_server, ensure_model
 from scripts.stack import LLAMA_FLAGS
 
 __all__ = ["describe", "command_line", "rss_kb"]
@@ -45,7 +45,11 @@ def _llama_version(binary: Path) -> str:
 
 def describe() -> dict:
     """The machine and the servers, as the benchmark's servers will be started."""
-    binary = Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
+    if os.environ.get("LLAMA_SERVER"):
+        binary, chosen = Path(os.environ["LLAMA_SERVER"]), "LLAMA_SERVER (not probed)"
+    else:
+        choice = choose_llama_server()
+        binary, chosen = Path(choice.binary), choice.summary()
     model = Path(os.environ.get("MODEL") or ensure_model())
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -56,6 +60,7 @@ def describe() -> dict:
         "python": platform.python_version(),
         "llama_server": str(binary),
         "llama_server_version": _llama_version(binary),
+        "llama_server_choice": chosen,
         "llama_server_flags": LLAMA_FLAGS,
         "model": model.name,
         "model_bytes": model.stat().st_size,

@@ -1,13 +1,15 @@
-"""Prompt-processing speed of the llama-server we ship against the alternative,
-side by side in one run: the prebuilt wheel of b10434 (default) and llama.cpp
-b11434 built from source with the fastest flags that run on these machines.
+"""The llama-server chosen for this machine beside every alternative already in the cache,
+prompt processing side by side in one run.
 
     .venv/bin/python bench/llama_builds.py [--rounds 6]
 
-Both servers are started at once and asked in turn (never together), each for
-the same ~740-token prompt with the prompt cache off, so every round re-reads
-the whole prompt. Prints the median prompt tokens/s of each and the ratio.
-The source build is compiled once on first use (about 7 minutes).
+Nothing is fetched or built for the comparison: the candidates of
+``scripts/choose.py`` that are present under ``$SEMIF_CACHE`` are each probed
+first (a build that dies on this CPU is listed with the reason), then the ones
+that run are started at once and asked in turn (never together, the order
+alternating by round), each for the same ~740-token prompt with the prompt
+cache off, so every round re-reads the whole prompt. Prints the median prompt
+tokens/s of each and its ratio to the chosen build, and the machine's CPU.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+from pathlib import Path
 
 import httpx
-from _servers import llama_server
+from _servers import llama_server, model_path
 
-from scripts.prepare import ensure_llama_server
+from scripts.choose import candidates
+from scripts.cpu import level, read_cpu
+from scripts.prepare import choose_llama_server
+from scripts.probe import probe
 
 PARAGRAPH = (
     "A customer writes that the parcel with their order arrived late, the box was "
@@ -38,13 +44,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
-    builds = {
-        "wheel b10434 (shipped)": ensure_llama_server(source=False),
-        "source b11434 AVX2": ensure_llama_server(source=True),
-    }
-    speeds: dict[str, list[float]] = {name: [] for name in builds}
+    cpu = read_cpu()
+    chosen = choose_llama_server()
+    model = model_path()
+    print(f"CPU: {cpu.model or cpu.arch} ({level(cpu)}), chosen: {chosen.label}")
+    running: dict[str, Path] = {}
+    for cand in candidates(cpu):
+        binary = cand.present()
+        if binary is None:
+            print(f"  {cand.label:55} not in the cache (not built for a comparison)")
+            continue
+        result = probe(binary, model, args=cand.args, needs=cand.needs, has=level(cpu))
+        if result.ok:
+            running[cand.label] = binary
+        else:
+            print(f"  {cand.label:55} does not run here: {result.reason}")
+    speeds: dict[str, list[float]] = {name: [] for name in running}
     with contextlib.ExitStack() as stack:
-        urls = {name: stack.enter_context(llama_server(path)) for name, path in builds.items()}
+        urls = {name: stack.enter_context(llama_server(path)) for name, path in running.items()}
         n_tokens = 0
         for url in urls.values():  # warm-up round, not counted
             _, n_tokens = prompt_speed(url)
@@ -54,11 +71,12 @@ def main() -> None:
                 speeds[name].append(prompt_speed(urls[name])[0])
     print(f"prompt of {n_tokens} tokens, cache off, {args.rounds} interleaved rounds")
     medians = {name: statistics.median(v) for name, v in speeds.items()}
+    base = medians.get(chosen.label)
     for name, med in medians.items():
         spread = f"{min(speeds[name]):.0f}-{max(speeds[name]):.0f}"
-        print(f"  {name:26} {med:8.1f} tokens/s  (range {spread})")
-    shipped, other = medians.values()
-    print(f"  ratio shipped / source     {shipped / other:8.2f}")
+        ratio = f"{med / base:5.2f}x the chosen" if base else ""
+        mark = "*" if name == chosen.label else " "
+        print(f"{mark} {name:55} {med:7.1f} tokens/s (range {spread}) {ratio}")
 
 
 if __name__ == "__main__":
