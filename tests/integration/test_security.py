@@ -1,6 +1,7 @@
 """The llama-server key stays secret, bodies stay out of logs, only the configured
 upstream is ever called."""
 
+import contextlib
 import socket
 
 import httpx
@@ -19,19 +20,21 @@ def keyed(logs_dir):
     """llama-server that demands a key, and a proxy that has it."""
     binary, model = binaries()
     port = free_port()
-    with open(logs_dir / "keyed-llama.log", "ab") as llama_log:
+    with contextlib.ExitStack() as started:  # stopped in reverse, also when a start fails
+        llama_log = started.enter_context(open(logs_dir / "keyed-llama.log", "ab"))
         llama = start_llama_server(binary, model, port, ["--api-key", UPSTREAM_KEY], log=llama_log)
-        try:
-            wait_ready(f"http://127.0.0.1:{port}/health", llama)
-            upstream = f"http://127.0.0.1:{port}"
-            proc, url, log = launch_proxy(logs_dir, upstream, env={"UPSTREAM_API_KEY": UPSTREAM_KEY})
-            keyless, keyless_url, keyless_log = launch_proxy(logs_dir, upstream)
-            yield url, keyless_url, [log.name, keyless_log.name]
-            for p, lg in ((proc, log), (keyless, keyless_log)):
-                stop(p)
-                lg.close()
-        finally:
-            stop(llama)
+        started.callback(stop, llama)
+        wait_ready(f"http://127.0.0.1:{port}/health", llama)
+        upstream = f"http://127.0.0.1:{port}"
+        logs = []
+        urls = []
+        for env in ({"UPSTREAM_API_KEY": UPSTREAM_KEY}, {}):
+            proc, url, log = launch_proxy(logs_dir, upstream, env=env)
+            started.callback(log.close)
+            started.callback(stop, proc)
+            logs.append(log.name)
+            urls.append(url)
+        yield urls[0], urls[1], logs
 
 
 def test_the_upstream_key_never_leaks(keyed):

@@ -55,6 +55,23 @@ def test_models_list_has_both_shapes(proxy_url):
     assert {"name", "description", "release_date"} <= set(body["models"][0])
 
 
+def test_models_show_no_file_paths_but_the_path_is_still_accepted(proxy_url, llama):
+    body = httpx.get(proxy_url + "/v1/models").json()
+    shown = [m["id"] for m in body["data"]] + [m["name"] for m in body["models"]]
+    assert llama.model.stem in shown
+    assert not [n for n in shown if "/" in n or n.endswith(".gguf")], shown
+    assert body["x_llama_build"].startswith("b")
+    for name in (llama.model.stem, str(llama.model)):  # the alias, and the path llama-server loaded
+        resp = httpx.post(proxy_url + "/v1/systemone", timeout=60, json={
+            "model": name, "state": "refund please", "questions": {"q": {"type": "noul"}}})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["model"] == name
+    other = httpx.post(proxy_url + "/v1/systemone", timeout=60, json={
+        "model": "/elsewhere/other.gguf", "state": "x", "questions": {"q": {"type": "noul"}}})
+    assert other.status_code == 422
+    assert str(llama.model) not in other.text  # the refusal lists names, not the path
+
+
 def test_ids_and_names_are_echoed_byte_for_byte(proxy_url):
     qid = "route it 🚦 «now»"
     criteria = {" Billing ": None, "🚚 shipping & returns": "parcels", "tech\tsupport": None}
