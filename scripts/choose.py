@@ -90,7 +90,7 @@ def candidates(cpu: Cpu, *, gpu: bool = False, order: Sequence[str] | None = Non
                nvcc: str | None = None) -> list[Candidate]:
     """The candidates for ``cpu`` in the order they are tried (``order`` names a subset)."""
     tag, flags = source_build(cpu)
-    has = level(cpu)
+    built_for = ", ".join(f[len("-DGGML_"):-len("=ON")] for f in flags if f.endswith("=ON"))
     found: dict[str, Candidate] = {}
     if cpu.is_x86:
         found["wheel"] = Candidate(
@@ -102,18 +102,19 @@ def candidates(cpu: Cpu, *, gpu: bool = False, order: Sequence[str] | None = Non
             cuda_flags = [*flags, *CUDA_FLAGS[1:]]
             found["cuda"] = Candidate(
                 "cuda", SOURCE_BUILD, f"source build {SOURCE_BUILD} (CUDA, {tag})", 1,
-                partial(source_present, f"cuda-{tag}"),
+                partial(source_present, f"cuda-{tag}", cuda_flags),
                 partial(source_binary, f"cuda-{tag}", cuda_flags),
-                needs=has, args=GPU_ARGS, gpu=True, identity=" ".join(cuda_flags))
+                needs=built_for, args=GPU_ARGS, gpu=True, identity=" ".join(cuda_flags))
     else:
         found["source"] = Candidate(
             "source", SOURCE_BUILD, f"source build {SOURCE_BUILD} ({tag})", 1,
-            partial(source_present, tag), partial(source_binary, tag, flags),
-            needs=has, identity=" ".join(flags))
+            partial(source_present, tag, flags), partial(source_binary, tag, flags),
+            needs=built_for, identity=" ".join(flags))
         if cpu.is_x86 or cpu.is_arm:
             found["portable"] = Candidate(
                 "portable", SOURCE_BUILD, f"portable source build {SOURCE_BUILD} (all CPU variants)",
-                1, partial(source_present, "all-variants"),
+                1, partial(source_present, "all-variants", PORTABLE_FLAGS,
+                           exclude=PORTABLE_EXCLUDED),
                 partial(source_binary, "all-variants", PORTABLE_FLAGS, exclude=PORTABLE_EXCLUDED),
                 identity=" ".join([*PORTABLE_FLAGS, *PORTABLE_EXCLUDED]))
     names = list(order) if order else list(found)
@@ -126,7 +127,8 @@ def candidates(cpu: Cpu, *, gpu: bool = False, order: Sequence[str] | None = Non
 
 def choice_key(cpu: Cpu, cands: Sequence[Candidate], model: Path, gpu: bool) -> str:
     """What a cached choice depends on, hashed: another CPU, build or model is probed again."""
-    basis = {"arch": cpu.arch, "features": sorted(cpu.features), "gpu": gpu, "model": model.name,
+    basis = {"arch": cpu.arch, "features": sorted(cpu.features), "flags": cpu.signature,
+             "gpu": gpu, "model": model.name,
              "candidates": [[c.name, c.build, c.identity, list(c.args)] for c in cands]}
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 

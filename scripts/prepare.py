@@ -41,13 +41,16 @@ def gpu_requested(env: dict[str, str] | os._Environ = os.environ) -> bool:
 
 
 def choose_llama_server(*, gpu: bool | None = None, reprobe: bool = False,
+                        model: Path | None = None,
                         env: dict[str, str] | os._Environ = os.environ) -> Choice:
-    """The llama-server build to run on this machine (cached; see choose.py)."""
+    """The llama-server build to run on this machine with ``model`` (default: ``MODEL``,
+    else SmolLM2), probed on that model and cached (see choose.py)."""
     gpu = gpu_requested(env) if gpu is None else gpu
     cpu = read_cpu()
     order = [n.strip() for n in (env.get("LLAMA_BUILD") or "").split(",") if n.strip()]
     cands = candidates(cpu, gpu=gpu, order=order or None, nvcc=shutil.which("nvcc"))
-    return choose(cpu, ensure_model(), cands, gpu=gpu, reprobe=reprobe)
+    model = model or Path(env.get("MODEL") or ensure_model())
+    return choose(cpu, model, cands, gpu=gpu, reprobe=reprobe)
 
 
 def ensure_llama_server(source: bool = False) -> Path:

@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_FIX", "Probe", "probe", "explain_exit", "log_tail"]
+__all__ = ["DEFAULT_FIX", "Probe", "explain_exit", "log_tail", "offloaded_layers", "probe"]
 
 # About 300 tokens of plain text: long enough for a steady prompt rate, short
 # enough that three cold reads take about a second on a 2-core CPU.
@@ -111,16 +111,17 @@ def probe(binary: Path, model: Path, *, args: tuple[str, ...] = (), needs: str =
                                                            env.get("LD_LIBRARY_PATH")]))
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
            "-np", "1", "-c", "2048", *args]
-    with tempfile.TemporaryFile() as log:
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = Path(tmp) / "llama-server.log"
         try:
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            with open(log_path, "ab") as log:  # the child appends; we read by path
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as err:
             return Probe(False, f"cannot start {binary}: {err}")
 
         def text() -> str:
-            log.seek(0)
-            return log.read().decode(errors="replace")
+            return log_path.read_text(errors="replace")
 
         try:
             return _exercise(proc, f"http://127.0.0.1:{port}", text, needs, has, gpu, timeout_s)
@@ -151,7 +152,7 @@ def _exercise(proc: subprocess.Popen, url: str, text, needs: str, has: str, gpu:
         if time.monotonic() > deadline:
             return Probe(False, f"llama-server was not healthy after {timeout_s:.0f}s")
         time.sleep(0.1)
-    offloaded = _offloaded_layers(text())
+    offloaded = offloaded_layers(text())
     if gpu and not offloaded:
         return Probe(False, "this build found no GPU to offload the model to (no layers "
                             "offloaded; is the driver installed and the device visible?)")
@@ -162,6 +163,10 @@ def _exercise(proc: subprocess.Popen, url: str, text, needs: str, has: str, gpu:
                 "prompt": _PROMPT, "n_predict": 1, "temperature": 0, "cache_prompt": False,
             }, timeout=max(10.0, deadline - time.monotonic()))
         except (OSError, ValueError) as err:
+            try:
+                proc.wait(2)  # a read cut short by a crash: let the exit show
+            except subprocess.TimeoutExpired:
+                pass
             if proc.poll() is not None:
                 return died()
             return Probe(False, f"llama-server did not answer a one-token read: {err}")
@@ -176,6 +181,7 @@ def _exercise(proc: subprocess.Popen, url: str, text, needs: str, has: str, gpu:
     return Probe(True, prompt_tokens_per_s=max(rates), build_info=build, gpu_layers=offloaded)
 
 
-def _offloaded_layers(log: str) -> int:
+def offloaded_layers(log: str) -> int:
+    """The layers llama-server's log says it offloaded to a GPU (0 when none)."""
     found = re.findall(r"offloaded (\d+)/\d+ layers to GPU", log)
     return int(found[-1]) if found else 0

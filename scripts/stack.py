@@ -17,6 +17,7 @@ binary; default the build chosen for this CPU by ``prepare.py``), ``GPU=1``
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import shlex
 import signal
@@ -32,9 +33,10 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scripts.choose import NoBuildRuns  # noqa: E402
 from scripts.cpu import level, read_cpu  # noqa: E402
 from scripts.prepare import choose_llama_server, ensure_model, gpu_requested  # noqa: E402
-from scripts.probe import explain_exit, log_tail  # noqa: E402
+from scripts.probe import explain_exit, log_tail, offloaded_layers  # noqa: E402
 
 __all__ = ["LLAMA_FLAGS", "ServerExited", "Supervised", "file_tail", "llama_exit_reason",
            "start_llama_server", "start_proxy", "stop", "wait_ready"]
@@ -47,14 +49,18 @@ _BACKOFF_S = (1, 2, 4, 8, 16)
 _STABLE_S = 60.0   # a process up this long has recovered: its crash count starts again
 
 
+try:  # bound here, in the parent: the child runs nothing but the call itself
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+_PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent() -> None:
     """In the child: be sent SIGTERM when the process that started us dies (Linux
     ``PR_SET_PDEATHSIG``), so a killed test run or ``make run`` leaves nothing behind."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class ServerExited(RuntimeError):
@@ -142,6 +148,7 @@ class Supervised:
         self._tail: collections.deque[str] = collections.deque(maxlen=40)
         self.proc: subprocess.Popen | None = None
         self._echoing: threading.Thread | None = None
+        self._offload_line = ""
         self.started_at = 0.0
         self.crashes = 0
         self.answering = False
@@ -159,6 +166,8 @@ class Supervised:
             for raw in proc.stdout:
                 line = raw.decode(errors="replace")
                 self._tail.append(line)
+                if "layers to GPU" in line:  # printed while loading, long before it is ready
+                    self._offload_line = line
                 sys.stdout.write(line)
         sys.stdout.flush()
 
@@ -170,6 +179,10 @@ class Supervised:
         self.proc.wait()
         self._echoing.join(5)  # the last lines, up to the end of its output
         return self._explain(returncode, "".join(self._tail))
+
+    def offloaded_layers(self) -> int:
+        """Layers llama-server reported offloaded to a GPU in its output so far."""
+        return offloaded_layers(self._offload_line)
 
     def back_up(self) -> bool:
         """True once, when a restarted process answers its ready URL again."""
@@ -191,7 +204,7 @@ class Supervised:
         say(f"{self.name} stopped: {self.reason(self.proc.returncode)}")
         self.crashes = 1 if time.monotonic() - self.started_at > _STABLE_S else self.crashes + 1
         if self.crashes > len(_BACKOFF_S):
-            raise ServerExited(f"{self.name} crashed {self.crashes - 1} times in a row, each "
+            raise ServerExited(f"{self.name} crashed {self.crashes} times in a row, each "
                                f"within {_STABLE_S:.0f}s of its start; giving up")
         delay = _BACKOFF_S[self.crashes - 1]
         say(f"starting {self.name} again in {delay}s ({self.crashes} of "
@@ -208,12 +221,12 @@ def _say(msg: str) -> None:
     print(f"[run] {msg}", flush=True)
 
 
-def _llama_binary() -> tuple[Path, list[str], str]:
+def _llama_binary(model: Path) -> tuple[Path, list[str], str]:
     """The llama-server to run, the flags its choice needs, and what to call it."""
     if os.environ.get("LLAMA_SERVER"):
         path = Path(os.environ["LLAMA_SERVER"])
         return path, [], f"{path} (LLAMA_SERVER, not probed)"
-    choice = choose_llama_server(gpu=gpu_requested())
+    choice = choose_llama_server(gpu=gpu_requested(), model=model)
     return Path(choice.binary), choice.args, choice.summary()
 
 
@@ -221,11 +234,18 @@ def main() -> int:
     started = time.monotonic()
     proxy_port = int(os.environ.get("PROXY_PORT") or 8080)
     llama_port = int(os.environ.get("LLAMA_PORT") or 8081)
-    binary, choice_args, described = _llama_binary()
     model = Path(os.environ.get("MODEL") or ensure_model())
-    for path in (binary, model):
-        if not path.exists():
-            raise SystemExit(f"not found: {path}")
+    if not model.exists():
+        _say(f"the model file {model} does not exist")
+        return 1
+    try:
+        binary, choice_args, described = _llama_binary(model)
+    except NoBuildRuns as err:
+        _say(str(err))
+        return 1
+    if not binary.exists():
+        _say(f"LLAMA_SERVER={binary} does not exist")
+        return 1
     _say(f"llama-server: {described}\n[run] model {model}")
     extra = [*choice_args, *shlex.split(os.environ.get("LLAMA_ARGS", ""))]
     has = level(read_cpu())
@@ -244,6 +264,9 @@ def main() -> int:
         for child in children:
             child.start()
             child.wait_ready()
+        if "-ngl" in choice_args and not llama.offloaded_layers():
+            _say("warning: GPU=1, but llama-server offloaded no layers to a GPU; it runs on "
+                 "the CPU (run `GPU=1 python scripts/prepare.py llama-server --reprobe`)")
         _say(f"ready in {time.monotonic() - started:.0f}s: proxy http://127.0.0.1:{proxy_port}"
              f" -> llama-server http://127.0.0.1:{llama_port} (Ctrl-C stops both)")
         while True:

@@ -128,6 +128,7 @@ def test_llama_defaults_host_metrics_and_first_model(tmp_path: Path, model_dir: 
     assert seen["LLAMA_ARG_MODEL"] == str(model_dir / "qwen.gguf")  # mmproj skipped
     assert seen["LLAMA_ARG_HOST"] == "0.0.0.0"
     assert seen["LLAMA_ARG_ENDPOINT_METRICS"] == "1"
+    assert seen["LLAMA_ARG_ALIAS"] == "qwen"  # /v1/models shows no container path
 
 
 def test_llama_model_from_environment_wins(tmp_path: Path, model_dir: Path):

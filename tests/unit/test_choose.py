@@ -187,3 +187,21 @@ def test_cuda_is_built_with_this_cpus_flags_and_cuda():
     (cuda,) = [c for c in candidates(AVX2, gpu=True, nvcc="nvcc") if c.name == "cuda"]
     assert "-DGGML_CUDA=ON" in cuda.identity and "-DGGML_AVX2=ON" in cuda.identity
     assert "-DGGML_NATIVE=OFF" in cuda.identity
+
+
+def test_a_build_made_with_other_flags_is_not_trusted(tmp_path):
+    from scripts.fetch import _recipe, source_dir, source_present
+    root = source_dir("avx2")
+    (root / "build" / "bin").mkdir(parents=True)
+    (root / "build" / "bin" / "llama-server").write_text("binary")
+    (root / ".done").write_text(_recipe(["-DGGML_AVX2=ON"], ()))
+    assert source_present("avx2", ["-DGGML_AVX2=ON"]) == root / "build" / "bin" / "llama-server"
+    assert source_present("avx2", ["-DGGML_AVX2=ON", "-DGGML_BMI2=ON"]) is None
+    assert source_present("avx2", ["-DGGML_AVX2=ON"], exclude=("libggml-cpu-x.so",)) is None
+
+
+def test_the_key_covers_the_whole_flags_line(tmp_path):
+    from dataclasses import replace
+    cands = _cands(Fake(tmp_path, {}))
+    assert choice_key(replace(AVX2, signature="a"), cands, MODEL, False) != \
+        choice_key(replace(AVX2, signature="b"), cands, MODEL, False)

@@ -42,11 +42,11 @@ def test_repeated_quick_crashes_give_up_with_a_message():
     starts: list[int] = []
     child = _child("exit 1", starts)
     child.start()
-    with pytest.raises(ServerExited, match="crashed 3 times in a row, each within 60s"):
+    with pytest.raises(ServerExited, match="crashed 4 times in a row, each within 60s"):
         for _ in range(10):
             child.proc.wait()
             child.restart_after_exit(lambda _: None)
-    assert len(starts) == 4  # the first start and three restarts
+    assert len(starts) == 4  # the first start and three restarts, each of which crashed
 
 
 def test_a_process_that_ran_a_while_starts_its_count_again(monkeypatch):
