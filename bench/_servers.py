@@ -67,13 +67,12 @@ def proxy_process(upstream_url: str, extra: list[str] | None = None
 
 
 @contextlib.contextmanager
-def bare_relay(upstream_url: str, body: bytes, server: str) -> Iterator[str]:
-    """bench/_relay.py: a hop with no decision logic, served by ``server``
-    ("aiohttp" or "protocol")."""
+def bare_relay(upstream_url: str, body: bytes) -> Iterator[str]:
+    """bench/_relay.py: an aiohttp hop with no decision logic, sending ``body`` upstream."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         f.write(body)
         f.flush()
-        command = [sys.executable, str(ROOT / "bench" / "_relay.py"), server, upstream_url]
+        command = [sys.executable, str(ROOT / "bench" / "_relay.py"), upstream_url]
         with _serving(lambda port, log: subprocess.Popen(
                 [*command, str(port), f.name], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True), timeout_s=30) as (url, _):

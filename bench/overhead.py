@@ -17,11 +17,9 @@ and the rounds of all starts pooled. The interval resamples rounds within their
 start, so it does not cover the shift between starts; the lowest and highest
 start are printed for that (three starts are too few to resample).
 
-Two bare relays (bench/_relay.py: the proxy's upstream client and no decision
-logic) are measured beside them: ``hop``, served by a bare asyncio.Protocol as
-proxy/front.py serves decisions, shows what any Python hop costs here (the part
-of the ratio the proxy's own logic cannot remove); ``aiohttp``, served by an
-aiohttp application, what aiohttp's server adds to that.
+A bare relay (bench/_relay.py: aiohttp server and client, no decision logic) is
+measured beside them as ``relay``: what any Python hop costs here, the part of
+the ratio the proxy's own logic cannot remove.
 """
 
 from __future__ import annotations
@@ -188,10 +186,9 @@ def once(llama_args: list[str], requests: int, rounds: int, pause_s: float
     """Every target's rounds at concurrency 1 and 8, on servers started for this."""
     with llama_server(extra=llama_args) as llama_url, proxy(llama_url) as proxy_url:
         direct = direct_body(asyncio.run(decision_labels(proxy_url)))
-        with (bare_relay(llama_url, direct, "protocol") as hop_url,
-              bare_relay(llama_url, direct, "aiohttp") as aiohttp_url):
-            targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "hop": (hop_url + PATH, b"{}"),
-                       "aiohttp": (aiohttp_url + PATH, b"{}"), "direct": (llama_url + PATH, direct)}
+        with bare_relay(llama_url, direct) as relay_url:
+            targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "relay": (relay_url + PATH, b"{}"),
+                       "direct": (llama_url + PATH, direct)}
             return {concurrency: asyncio.run(measure(targets, requests, rounds, concurrency,
                                                      pause_s))
                     for concurrency in (1, 8)}

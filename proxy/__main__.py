@@ -14,16 +14,18 @@ import signal
 import sys
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from . import calibration
 from .app import create_app
 from .config import Settings, load_settings
-from .front import Server
+from .server import Server
 
 
 def main(argv: list[str] | None = None) -> int:
     settings = load_settings(argv, os.environ)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("aiohttp.server").addFilter(_bad_requests_in_one_line)
     logging.getLogger("proxy").info(
         "serving on http://%s:%d, upstream %s", settings.host, settings.port, settings.upstream_url
     )
@@ -48,6 +50,18 @@ async def serve(app: web.Application, settings: Settings) -> None:
         await stop.wait()
     finally:
         await server.close()
+
+
+def _bad_requests_in_one_line(record: logging.LogRecord) -> bool:
+    """aiohttp logs a request it cannot parse (answered 400) as an ERROR with a traceback:
+    it is the client's mistake, so one WARNING line, the parser's reason cut short."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, HttpProcessingError) and exc.code == 400:
+        reason = " ".join(str(exc.message).split())[:160]
+        record.msg, record.args = "bad HTTP request (answered 400): %s", (reason,)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = record.exc_text = None
+    return True
 
 
 def _loop_factory():

@@ -195,10 +195,6 @@ class DecisionService:
             self._info = await self._upstream.model_info()
         return self._info
 
-    def known_model(self) -> ModelInfo | None:
-        """The served model if already known (``model`` asks llama-server otherwise)."""
-        return self._info
-
     async def _total_slots(self) -> int:
         if self._slots is None:
             self._slots = await self._upstream.total_slots() or 1

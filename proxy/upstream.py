@@ -1,9 +1,10 @@
 """The only module that knows llama-server's HTTP endpoints and JSON.
 
-Decision reads (JSON calls) go through ``http1.ConnectionPool``; pass-through
-traffic, streams included, through an aiohttp session. Everything returned is
-one of our own types; every failure leaves as an ``UpstreamError`` (see
-``errors.py``), chaining the cause (http1, aiohttp, OSError or JSON):
+Every call, decision reads and pass-through traffic (streams included), goes
+through one aiohttp client session: pooled keep-alive connections, no cookie
+jar. Everything returned is one of our own types; every failure leaves as an
+``UpstreamError`` (see ``errors.py``), chaining the cause (aiohttp, OSError or
+JSON):
 
     refused / reset / unresolvable, 503 loading -> UpstreamUnavailable (503)
     no answer in time                           -> UpstreamTimeout (504)
@@ -25,7 +26,6 @@ import aiohttp
 import orjson
 
 from .config import Settings
-from .http1 import ConnectionPool, Disconnected, ResponseError
 from .metrics import upstream_timer
 from .errors import (
     UpstreamBadResponse,
@@ -115,23 +115,20 @@ class Upstream:
             {"Authorization": f"Bearer {settings.upstream_api_key}"}
             if settings.upstream_api_key else {}
         )
-        # Decision reads: the lean client (see http1.py); pass-through: aiohttp.
-        self._pool = ConnectionPool(
-            self._base, limit=settings.max_connections, keepalive_s=_KEEPALIVE_S,
-            connect_timeout_s=settings.connect_timeout_s,
-        )
-        self._request_timeout_s = settings.request_timeout_s
+        self._json_timeout = aiohttp.ClientTimeout(
+            total=settings.request_timeout_s, sock_connect=settings.connect_timeout_s)
+        self._health_timeout = aiohttp.ClientTimeout(total=1.5)
         self._json_headers = {"Content-Type": "application/json", **self._auth}
         self._session = session or aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
                 limit=settings.max_connections, keepalive_timeout=_KEEPALIVE_S
             ),
+            cookie_jar=aiohttp.DummyCookieJar(),  # llama-server sets none; nothing to keep
             json_serialize=lambda o: orjson.dumps(o).decode(),
             skip_auto_headers=("User-Agent",),
         )
 
     async def close(self) -> None:
-        await self._pool.close()
         await self._session.close()
 
     # -- decision reads -------------------------------------------------------
@@ -200,7 +197,7 @@ class Upstream:
             raise UpstreamBadResponse("llama-server's /v1/models answer names no model") from exc
         try:  # the build and the path are extras: a server without /props still serves
             props = await self._request_json("GET", "/props", None)
-        except (UpstreamRejected, UpstreamBadResponse):
+        except UpstreamError:
             return info
         if not isinstance(props, dict):
             return info
@@ -223,10 +220,13 @@ class Upstream:
 
     async def health(self) -> bool:
         try:
-            status = (await self._pool.request("GET", "/health", timeout_s=1.5)).status
-        except TimeoutError:
+            async with self._session.get(self._base + "/health", headers=self._auth,
+                                         timeout=self._health_timeout) as resp:
+                status = resp.status
+                await resp.read()
+        except asyncio.TimeoutError:
             return False
-        except (OSError, ResponseError) as exc:
+        except (aiohttp.ClientError, OSError) as exc:
             self._mark_down(type(exc).__name__)
             return False
         self._mark_up()
@@ -288,22 +288,26 @@ class Upstream:
         try:
             with upstream_timer():
                 try:
-                    resp = await self._pool.request(
-                        method, path, data, self._json_headers, timeout_s=self._request_timeout_s)
-                except Disconnected:
+                    status, raw = await self._call(method, path, data)
+                except aiohttp.ServerDisconnectedError:
                     # A pooled connection the server closed as we wrote: these calls
                     # only read, so sending again once on a fresh connection is safe.
-                    resp = await self._pool.request(
-                        method, path, data, self._json_headers, timeout_s=self._request_timeout_s)
+                    status, raw = await self._call(method, path, data)
         except Exception as exc:  # noqa: BLE001 - translated, never swallowed
             raise self._translate(exc) from exc
         self._mark_up()
-        if resp.status != 200:
-            raise self._status_error(resp.status, resp.body, path)
+        if status != 200:
+            raise self._status_error(status, raw, path)
         try:
-            return orjson.loads(resp.body)
+            return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise UpstreamBadResponse(f"llama-server answered {path} with invalid JSON") from exc
+
+    async def _call(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
+        async with self._session.request(method, self._base + path, data=data,
+                                         headers=self._json_headers,
+                                         timeout=self._json_timeout) as resp:
+            return resp.status, await resp.read()
 
     def _status_error(self, status: int, raw: bytes, path: str) -> UpstreamError:
         message = _error_message(raw) or f"HTTP {status}"
@@ -332,8 +336,6 @@ class Upstream:
             )
         if isinstance(exc, aiohttp.ClientPayloadError):
             return UpstreamBadResponse("llama-server's answer was cut short")
-        if isinstance(exc, ResponseError):
-            return UpstreamBadResponse(f"llama-server's answer is unreadable: {exc}")
         if isinstance(exc, aiohttp.ClientError):
             return UpstreamBadResponse(f"llama-server call failed: {type(exc).__name__}")
         raise exc

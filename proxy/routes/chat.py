@@ -15,7 +15,7 @@ from ..protocol.semif import parse_semif, refuse_incompatible
 from ..service import Outcome
 from .common import check_depth, json_object, json_response, relay
 
-__all__ = ["chat_completions", "chat_decision", "is_fast_decision"]
+__all__ = ["chat_completions", "chat_decision"]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -34,11 +34,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
-
-
-def is_fast_decision(body: dict[str, Any]) -> bool:
-    """A decision answered with one JSON body (what ``front.py`` serves itself)."""
-    return body.get("semif") is not None and body.get("stream") is not True
 
 
 async def chat_decision(
