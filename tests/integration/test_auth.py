@@ -67,7 +67,7 @@ def test_undecodable_authorization_header_is_401_not_500(locked):
 ])
 def test_401_has_the_same_body_whether_or_not_the_model_is_known(locked, path, body, shape):
     first = httpx.post(locked + path, json=body, timeout=60)
-    # a good request makes the served model known (System One is then served on the front)
+    # a good request makes the served model known to the proxy
     assert httpx.post(locked + "/v1/systemone", json=S1, timeout=60,
                       headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
     second = httpx.post(locked + path, json=body, timeout=60)
