@@ -209,7 +209,8 @@ class Metrics:
         if children is None:
             children = self._route[route] = (
                 self.upstream_time.labels(route), self.proxy_time.labels(route))
-        outcome = "ok" if status < 400 else "client_error" if status < 500 else "upstream_error"
+        outcome = ("ok" if status < 400 else "client_error" if status < 500
+                   else "server_error" if status == 500 else "upstream_error")
         key = (route, kind, outcome)
         latency = self._latency.get(key)
         if latency is None:  # routes, kinds and outcomes are fixed sets: bounded

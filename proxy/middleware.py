@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -55,19 +56,33 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
             response = _render(
                 request, RequestTooLarge(f"the body is larger than the limit of {limit} bytes"))
         except web.HTTPException as exc:
-            if exc.status < 400 or exc.status == 500:
+            if exc.status < 400:
                 raise
-            err = InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"))
-            err.status = exc.status
-            response = _render(request, err)
+            if exc.status >= 500:
+                response = _unexpected(request, exc)
+            else:
+                err = InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"))
+                err.status = exc.status
+                response = _render(request, err)
+        except Exception as exc:  # noqa: BLE001 - logged with its traceback, answered in JSON
+            response = _unexpected(request, exc)
         status = response.status
         return response
-    except Exception:
-        status = 500  # escaped every handler: counted, never hidden as a client error
-        raise
     finally:
         after_reply(metrics.request_finished, route, request.get(KIND, "other"), status,
                     time.perf_counter() - started, upstream.seconds)
+
+
+def _unexpected(request: web.Request, exc: BaseException) -> web.Response:
+    """A failure no handler expected: logged with a request id and its traceback, answered
+    500 in the route's error shape (never aiohttp's text 500), the id in ``X-Request-Id``."""
+    request_id = uuid.uuid4().hex[:16]
+    log.error("%s %s failed (request id %s)", request.method, request.path, request_id,
+              exc_info=exc)
+    response = _render(request, ProxyError(
+        f"the proxy failed to answer this request (request id {request_id})"))
+    response.headers["X-Request-Id"] = request_id
+    return response
 
 
 def _authenticate(request: web.Request) -> None:
