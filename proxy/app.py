@@ -13,11 +13,11 @@ from .metrics import Metrics
 from .middleware import MIDDLEWARES
 from .profiles import ProfileStore
 from .routes.chat import chat_completions
-from .routes.common import relay
 from .routes.decisions import decisions
 from .routes.invocations import invocations
 from .routes.meta import health, metrics, models, ping
 from .routes.openapi import openapi
+from .routes.relayed import relayed
 from .routes.systemone import system_one
 from .service import DecisionService
 from .upstream import Upstream
@@ -43,8 +43,8 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None) -> web.A
     app.router.add_post("/invocations", invocations)  # SageMaker: any of the bodies above
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
-    for path in ("/v1/completions", "/v1/embeddings"):
-        app.router.add_post(path, _relay_route)
+    # Every other path and method is llama-server's: relayed unchanged (routes/relayed.py).
+    app.router.add_route("*", "/{path:.*}", relayed)
     return app
 
 
@@ -67,6 +67,3 @@ def _upstream_ctx(given: Upstream | None) -> Callable[[web.Application], AsyncIt
 
     return ctx
 
-
-async def _relay_route(request: web.Request) -> web.StreamResponse:
-    return await relay(request, request.app[UPSTREAM], await request.read())

@@ -86,7 +86,9 @@ def _unexpected(request: web.Request, exc: BaseException) -> web.Response:
 
 
 def _authenticate(request: web.Request) -> None:
-    if request.path not in OPEN_PATHS:
+    # a CORS preflight carries no credentials by design: it is relayed, answered by
+    # llama-server, and the request that follows it is checked
+    if request.path not in OPEN_PATHS and request.method != "OPTIONS":
         authenticate(request.app[SETTINGS], request.headers.get("Authorization", ""))
 
 

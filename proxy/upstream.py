@@ -46,6 +46,7 @@ _HOP_HEADERS = frozenset(
         "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
         "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Content-Encoding",
         "Host", "Authorization", "Server", "Date",
+        "X-Admin-Key",  # the proxy's own secret, never passed on
     )
 )
 
