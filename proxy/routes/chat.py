@@ -11,7 +11,7 @@ from ..app_keys import KIND, PROFILES, SERVICE, UPSTREAM
 from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunk
 from ..profiles import calibrate, debias_for
-from ..protocol.semif import parse_semif, refuse_incompatible
+from ..protocol.semif import check_relayed_messages, parse_semif, refuse_incompatible
 from ..service import Outcome
 from .common import check_depth, json_object, json_response, relay
 
@@ -22,6 +22,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     raw = await request.read()
     body = json_object(raw)
     if body.get("semif") is None:
+        check_relayed_messages(body)  # a 4xx here, not llama-server's 500
         return await relay(request, request.app[UPSTREAM], raw, "/v1/chat/completions")
     request[KIND] = "decision"
     outcome, model, stream = await chat_decision(request.app, body, raw)

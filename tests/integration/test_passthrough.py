@@ -71,3 +71,12 @@ def test_models_are_relayed(proxy_url, llama):
                 for m in httpx.get(url + "/v1/models").json()["data"]]
 
     assert models(proxy_url) == models(llama.url)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/invocations"])
+def test_a_relayed_message_without_a_role_is_a_400_not_llama_servers_500(proxy_url, llama, path):
+    body = {"messages": [{"content": "hi"}], "max_tokens": 1}
+    assert httpx.post(llama.url + "/v1/chat/completions", json=body, timeout=30).status_code == 500
+    resp = httpx.post(proxy_url + path, json=body, timeout=30)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["param"] == "messages.0.role"
