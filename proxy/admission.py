@@ -1,20 +1,49 @@
-"""Backpressure: a bounded number of decisions run, a bounded number wait.
+"""Backpressure: a bounded number of decisions run, a bounded number wait, and only
+what can be answered in time is admitted.
 
 Past both bounds a request is refused at once with ``Overloaded`` (429 and
-Retry-After) instead of joining an unbounded queue. Each admitted decision
-also runs under a deadline; when it passes, the work is cancelled (which
-closes its llama-server connections, so llama-server stops too) and the
-request gets ``UpstreamTimeout`` (504).
+Retry-After) instead of joining an unbounded queue. Within them, once a
+decision time has been measured, a request whose estimated finish
+(``estimated_finish_s``: the queue ahead of it and the measured time per
+decision) falls past its deadline is refused at once too, with a Retry-After
+from that estimate, rather than queued to time out. Each admitted decision runs
+under the deadline; when it passes, the work is cancelled (which closes its
+llama-server connections, so llama-server stops too) and the request gets
+``UpstreamTimeout`` (504).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 
 from .errors import Overloaded, UpstreamTimeout
 from .slots import Slots
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "estimated_finish_s", "smoothed"]
+
+
+_SMOOTHING = 0.2   # weight of the newest decision in the moving average of decision time
+_HEADROOM = 0.8    # admit only what the estimate finishes within this share of the deadline
+
+
+def estimated_finish_s(queued: int, active: int, max_active: int, decision_s: float) -> float:
+    """Seconds until a request arriving now would be answered, in a FIFO queue served by
+    ``max_active`` slots at ``decision_s`` each: with a slot free, ``decision_s``;
+    otherwise it waits for ``queued + 1`` slots to come free, ``max_active`` per
+    round of ``decision_s``, ``ceil((queued + 1) / max_active) * decision_s``, then
+    takes ``decision_s`` (whole rounds: exact when decisions start together, as in
+    a burst, and on the safe side otherwise)."""
+    if active < max_active:
+        return decision_s
+    return math.ceil((queued + 1) / max_active) * decision_s + decision_s
+
+
+def smoothed(mean_s: float | None, sample_s: float) -> float:
+    """The exponential moving average ``(1 - a) * mean + a * sample`` (a = 0.2); the
+    first sample stands alone."""
+    return sample_s if mean_s is None else (1 - _SMOOTHING) * mean_s + _SMOOTHING * sample_s
 
 
 class Admission:
@@ -22,9 +51,11 @@ class Admission:
         if max_active < 1 or max_queued < 0:
             raise ValueError("max_active must be >= 1 and max_queued >= 0")
         self._slots = Slots(max_active)
+        self._max_active = max_active
         self._max_queued = max_queued
         self._deadline_s = deadline_s
         self._retry_after_s = retry_after_s
+        self.decision_s: float | None = None  # measured time per decision, once known
 
     @property
     def queued(self) -> int:
@@ -38,7 +69,20 @@ class Admission:
                 "too many decisions in flight and queued; retry later",
                 retry_after_s=self._retry_after_s,
             )
+        if self.decision_s is not None:
+            finish = estimated_finish_s(self._slots.waiting, self._slots.taken,
+                                        self._max_active, self.decision_s)
+            budget = self._deadline_s * _HEADROOM
+            if finish > budget:
+                raise Overloaded(
+                    f"the decisions queued ahead would take about {finish:.1f} s, past this "
+                    f"request's {self._deadline_s:g} s deadline; retry later",
+                    retry_after_s=max(1, math.ceil(finish - budget)),
+                )
         return _Admitted(self)
+
+    def _measured(self, seconds: float) -> None:
+        self.decision_s = smoothed(self.decision_s, seconds)
 
 
 class _Admitted:
@@ -48,7 +92,8 @@ class _Admitted:
     every decision, and asyncio's pure-Python ``Timeout`` costs several frames
     more (bench/overhead.py)."""
 
-    __slots__ = ("_admission", "_holding", "_task", "_timer", "_expired", "_cancelling")
+    __slots__ = ("_admission", "_holding", "_task", "_timer", "_expired", "_cancelling",
+                 "_started")
 
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
@@ -67,6 +112,7 @@ class _Admitted:
                 await self.__aexit__(type(exc), exc, exc.__traceback__)
                 raise
         self._holding = True
+        self._started = time.monotonic()
 
     def _expire(self) -> None:
         self._expired = True
@@ -76,6 +122,8 @@ class _Admitted:
         if self._holding:
             self._holding = False
             self._admission._slots.release()
+            if exc_type is None:  # only answered decisions teach how long one takes
+                self._admission._measured(time.monotonic() - self._started)
         self._timer.cancel()
         # our cancel, not someone else's: the work ran out of time
         if (self._expired and self._task.uncancel() <= self._cancelling

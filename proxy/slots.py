@@ -26,6 +26,10 @@ class Slots:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def taken(self) -> int:
+        return self._taken
+
     def full(self) -> bool:
         """Every slot taken (waiters, if any, are handed slots as they are released)."""
         return self._taken >= self._limit

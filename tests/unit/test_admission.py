@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from proxy.admission import Admission
+from proxy.admission import Admission, estimated_finish_s, smoothed
 from proxy.errors import Overloaded, UpstreamTimeout
 
 
@@ -170,3 +170,53 @@ async def test_finishing_in_time_leaves_no_timer_behind():
         pass
     await asyncio.sleep(0.1)  # past the deadline: nothing is cancelled any more
     assert not asyncio.current_task().cancelling()
+
+
+@pytest.mark.parametrize(
+    ("queued", "active", "max_active", "decision_s", "expected"),
+    [
+        (0, 3, 4, 0.5, 0.5),        # a slot is free: just the decision
+        (0, 4, 4, 0.5, 1.0),        # all busy: a round's wait, then the decision
+        (4, 4, 4, 0.5, 1.5),        # 5 ahead through 4 slots: two rounds
+        (7, 4, 4, 0.5, 1.5),        # 8 ahead through 4 slots: two rounds, then its own
+        (8, 4, 4, 0.5, 2.0),        # 9 ahead: three rounds
+        (63, 16, 16, 0.5, 2.5),     # 64 ahead through 16 slots: 4 rounds, then its own
+    ],
+)
+def test_estimated_finish(queued, active, max_active, decision_s, expected):
+    assert estimated_finish_s(queued, active, max_active, decision_s) == expected
+
+
+@pytest.mark.parametrize(
+    ("mean", "sample", "expected"),
+    [(None, 0.3, 0.3), (1.0, 0.0, 0.8), (0.5, 1.5, 0.7)],
+)
+def test_smoothed(mean, sample, expected):
+    assert smoothed(mean, sample) == pytest.approx(expected, abs=1e-15)
+
+
+async def test_a_request_that_cannot_finish_in_time_is_refused_at_once_with_an_estimate():
+    admission = Admission(max_active=1, max_queued=10, deadline_s=2.0, retry_after_s=1)
+    admission.decision_s = 0.5   # measured; the budget is 0.8 x 2.0 = 1.6 s
+    release = asyncio.Event()
+
+    async def hold():
+        async with admission.admit():
+            await release.wait()
+
+    holders = [asyncio.create_task(hold()) for _ in range(3)]  # 1 running, 2 queued: 1.0, 1.5
+    await asyncio.sleep(0)
+    assert (admission._slots.taken, admission.queued) == (1, 2)
+    with pytest.raises(Overloaded) as err:   # a third in the queue would finish at 2.0 s
+        admission.admit()
+    assert err.value.retry_after_s == 1   # ceil(2.0 - 1.6)
+    assert "about 2.0 s, past this request's 2 s deadline" in err.value.message
+    release.set()
+    await asyncio.gather(*holders)
+    assert admission.decision_s is not None and admission.decision_s < 0.5  # measured again
+
+
+async def test_without_a_measurement_only_the_bounds_apply():
+    admission = Admission(max_active=1, max_queued=10, deadline_s=0.001, retry_after_s=1)
+    assert admission.decision_s is None
+    admission.admit()  # nothing known yet: not refused on an estimate
