@@ -20,7 +20,7 @@ from .decision.prompt import PROMPT_FORMAT_VERSION
 from .decision.debias import shifts
 from .decision.question import Question
 from .errors import InvalidRequest
-from .service import Outcome
+from .decision.outcome import Outcome
 from .upstream import ModelInfo
 
 __all__ = ["ProfileStore", "ProfileRefused", "calibrate", "debias_for", "NO_PROFILE"]

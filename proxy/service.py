@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -34,7 +33,8 @@ from .decision.prompt import (
     state_messages,
 )
 from .decision.question import Question
-from .decision.readout import Decision, decide
+from .decision.outcome import Outcome
+from .decision.readout import decide
 from .admission import Admission
 from .errors import InvalidRequest, UpstreamBadResponse
 from .metrics import Metrics, after_reply
@@ -51,18 +51,6 @@ _MAX_LAYOUTS = 512  # distinct (options, labels) layouts remembered ...
 _MAX_LAYOUT_CHARS = 8192  # ... each at most this long: at most ~10 MB in all
 _NO_THINKING: Mapping[str, Any] = MappingProxyType({"enable_thinking": False})  # the default
 _NO_THINKING_KEY = orjson.dumps(dict(_NO_THINKING), option=orjson.OPT_SORT_KEYS).decode()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    decision: Decision
-    labels: tuple[str, ...]
-    model: str
-    prompt_tokens: int
-    prompt_evaluated: int
-    reads: int  # upstream reads needed to know every label exactly
-    calibration: dict[str, str] | None = None  # {"profile", "method"} once calibrated
-    route: str | None = None  # "auto" | "review", from the profile's threshold
 
 
 def read_widths(first: int, n_labels: int, n_vocab: int | None) -> list[int]:

@@ -22,7 +22,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_FIX", "Probe", "explain_exit", "log_tail", "offloaded_layers", "probe"]
+__all__ = ["DEFAULT_FIX", "Probe", "explain_exit", "free_port", "log_tail", "offloaded_layers",
+           "probe"]
 
 # About 300 tokens of plain text: long enough for a steady prompt rate, short
 # enough that three cold reads take about a second on a 2-core CPU.
@@ -42,7 +43,8 @@ class Probe:
     gpu_layers: int = 0              # layers llama-server reported offloaded to a GPU
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on the loopback address now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -105,7 +107,7 @@ def probe(binary: Path, model: Path, *, args: tuple[str, ...] = (), needs: str =
     """Start ``binary`` on ``model``, wait until healthy, read the prompt three times
     uncached with one generated token each, and stop it. ``gpu``: the model must
     also have been offloaded (llama-server's "offloaded N/M layers to GPU")."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(Path(binary).parent),
                                                            env.get("LD_LIBRARY_PATH")]))

@@ -38,7 +38,7 @@ from scripts.cpu import level, read_cpu  # noqa: E402
 from scripts.prepare import choose_llama_server, ensure_model, gpu_requested  # noqa: E402
 from scripts.probe import explain_exit, log_tail, offloaded_layers  # noqa: E402
 
-__all__ = ["LLAMA_FLAGS", "ServerExited", "Supervised", "file_tail", "llama_exit_reason",
+__all__ = ["LLAMA_FLAGS", "ServerExited", "Supervised", "answers", "file_tail", "llama_exit_reason",
            "start_llama_server", "start_proxy", "stop", "wait_ready"]
 
 # 4 slots with 8192 tokens each: room for 255 options, concurrent decisions and
@@ -107,6 +107,15 @@ def llama_exit_reason(log: Callable[[], str]) -> Callable[[int], str]:
     return lambda rc: explain_exit(rc, log(), has=level(read_cpu()))
 
 
+def answers(url: str, timeout_s: float) -> bool:
+    """Whether ``url`` answers 200 now."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0, *,
                why: Callable[[int], str] | None = None) -> None:
     """Poll ``url`` until it answers 200; raise ``ServerExited`` with ``why(returncode)``
@@ -117,12 +126,8 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0, *,
             rc = proc.returncode
             raise ServerExited(why(rc) if why else
                                f"{Path(str(proc.args[0])).name} exited with {rc} before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
+        if answers(url, timeout_s=2):
+            return
         time.sleep(0.2)
     raise TimeoutError(f"{url} not ready after {timeout_s:.0f}s")
 
@@ -188,11 +193,7 @@ class Supervised:
         """True once, when a restarted process answers its ready URL again."""
         if self.answering or self.proc is None or self.proc.poll() is not None:
             return False
-        try:
-            with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
-                self.answering = resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        self.answering = answers(self.ready_url, timeout_s=1)
         return self.answering
 
     def exited(self) -> bool:

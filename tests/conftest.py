@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ import httpx
 import pytest
 
 from scripts.prepare import ensure_llama_server, ensure_model
+from scripts.probe import free_port
 from scripts.stack import (file_tail, llama_exit_reason, start_llama_server, start_proxy, stop,
                            wait_ready)
 
@@ -37,12 +37,6 @@ class LlamaServer:
         while self.busy_slots():
             assert time.monotonic() < deadline, "llama-server stayed busy"
             time.sleep(0.05)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def binaries() -> tuple[Path, Path]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..decision.prompt import PROMPT_FORMAT_VERSION
 from ..decision.readout import system_one_answer
-from ..service import Outcome
+from ..decision.outcome import Outcome
 
 __all__ = ["semif_object", "completion_body", "completion_chunk"]
 

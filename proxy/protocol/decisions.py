@@ -32,7 +32,7 @@ from ..decision.question import (
 )
 from ..decision.readout import Decision, choice_confidence, expected_level, score_confidence
 from ..errors import InvalidRequest
-from ..service import Outcome
+from ..decision.outcome import Outcome
 
 __all__ = [
     "MAX_QUESTIONS",

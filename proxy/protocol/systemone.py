@@ -30,7 +30,7 @@ from ..decision.question import (
 )
 from ..decision.readout import system_one_answer
 from ..errors import Unprocessable
-from ..service import Outcome
+from ..decision.outcome import Outcome
 
 __all__ = ["MAX_QUESTIONS", "SystemOneCall", "parse_request", "response_body", "DEFAULT_MODEL"]
 

@@ -12,7 +12,7 @@ from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunk
 from ..profiles import calibrate, debias_for
 from ..protocol.semif import check_relayed_messages, parse_semif, refuse_incompatible
-from ..service import Outcome
+from ..decision.outcome import Outcome
 from .common import check_depth, json_object, json_response, relay
 
 __all__ = ["chat_completions", "chat_decision"]

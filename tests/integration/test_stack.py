@@ -1,5 +1,6 @@
 """`make run`'s launcher: both servers come up on the given ports, Ctrl-C stops both."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,15 +59,23 @@ def test_run_starts_both_and_ctrl_c_stops_both(tmp_path):
         log.close()
 
 
-def _start_run(tmp_path, **env_extra):
+@contextlib.contextmanager
+def _running(tmp_path, **env_extra):
+    """``scripts/stack.py`` on free ports, its output in ``run.log``; killed on the way
+    out if the test left it running."""
     binary, model = binaries()
     proxy_port, llama_port = free_port(), free_port()
     env = {**os.environ, "PROXY_PORT": str(proxy_port), "LLAMA_PORT": str(llama_port),
            "LLAMA_SERVER": str(binary), "MODEL": str(model), **env_extra}
-    log = open(tmp_path / "run.log", "wb")
-    run = subprocess.Popen([sys.executable, "scripts/stack.py"], cwd=ROOT, env=env,
-                           stdout=log, stderr=subprocess.STDOUT)
-    return run, log, f"http://127.0.0.1:{proxy_port}", llama_port
+    with open(tmp_path / "run.log", "wb") as log:
+        run = subprocess.Popen([sys.executable, "scripts/stack.py"], cwd=ROOT, env=env,
+                               stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield run, f"http://127.0.0.1:{proxy_port}", llama_port
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
 
 
 def _children(pid: int) -> list[int]:
@@ -82,10 +91,9 @@ def _llama_pid(run_pid: int, llama_port: int) -> int:
 
 
 def test_a_killed_llama_server_gives_503_then_answers_again_by_itself(tmp_path):
-    run, log, url, llama_port = _start_run(tmp_path)
     decision = {"messages": [{"role": "user", "content": "hi"}],
                 "semif": {"options": ["a", "b"]}}
-    try:
+    with _running(tmp_path) as (run, url, llama_port):
         _wait_healthy(url, run, tmp_path)
         assert httpx.post(url + "/v1/chat/completions", json=decision, timeout=60).status_code == 200
         os.kill(_llama_pid(run.pid, llama_port), signal.SIGKILL)
@@ -104,25 +112,14 @@ def test_a_killed_llama_server_gives_503_then_answers_again_by_itself(tmp_path):
         assert "[run] starting llama-server again in 1s (1 of 5 quick restarts)" in text
         run.send_signal(signal.SIGINT)
         assert run.wait(30) == 0
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        log.close()
 
 
 def test_a_llama_server_that_cannot_start_is_explained_and_nothing_is_left(tmp_path):
     dies = tmp_path / "llama-server"
     dies.write_text("#!/bin/sh\necho 'load_model: loading model'\nkill -ILL $$\n")
     dies.chmod(0o755)
-    run, log, url, llama_port = _start_run(tmp_path, LLAMA_SERVER=str(dies))
-    try:
+    with _running(tmp_path, LLAMA_SERVER=str(dies)) as (run, _, _):
         assert run.wait(60) == 1
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        log.close()
     text = (tmp_path / "run.log").read_text()
     assert "[run] llama-server died with SIGILL (illegal instruction)" in text
     assert "Traceback" not in text

@@ -1,0 +1,25 @@
+"""What a decision read produced: the decision, how it was read, and how it was routed.
+
+Pure data, beside the decision logic, so the wire formats (``protocol/``) can render
+it without importing the service that makes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .readout import Decision
+
+__all__ = ["Outcome"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decision: Decision
+    labels: tuple[str, ...]
+    model: str
+    prompt_tokens: int
+    prompt_evaluated: int
+    reads: int  # upstream reads needed to know every label exactly
+    calibration: dict[str, str] | None = None  # {"profile", "method"} once calibrated
+    route: str | None = None  # "auto" | "review", from the profile's threshold
