@@ -69,6 +69,11 @@ class RequestTooLarge(InvalidRequest):
     code = "request_too_large"
 
 
+class UnsupportedEncoding(InvalidRequest):
+    status = 415
+    code = "unsupported_content_encoding"
+
+
 class Unprocessable(InvalidRequest):
     """A System One request that fails validation; ``details`` are FastAPI-style entries."""
 

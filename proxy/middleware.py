@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from .app_keys import API, KIND, METRICS, SETTINGS
 from .config import Settings
@@ -23,6 +24,7 @@ from .errors import (
     ProxyError,
     RequestTooLarge,
     Unauthorized,
+    UnsupportedEncoding,
     UpstreamError,
     openai_error_response,
     system_one_error_response,
@@ -34,6 +36,9 @@ __all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "render_error"]
 log = logging.getLogger("proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/openapi.json"})
+# the request body codings aiohttp decodes (with backports.zstd and Brotli installed);
+# the size limit applies to the decoded body, so a small body cannot inflate past it
+DECODED = frozenset({"gzip", "deflate", "br", "zstd", "identity"})
 
 
 @web.middleware
@@ -48,13 +53,19 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         try:
             _authenticate(request)
+            _check_encoding(request)
             response = await handler(request)
         except ProxyError as err:
             response = _render(request, err)
         except web.HTTPRequestEntityTooLarge:
             limit = request.app[SETTINGS].max_body_bytes
-            response = _render(
-                request, RequestTooLarge(f"the body is larger than the limit of {limit} bytes"))
+            coded = " (decoded)" if "Content-Encoding" in request.headers else ""
+            response = _render(request, RequestTooLarge(
+                f"the body{coded} is larger than the limit of {limit} bytes"))
+        except RequestPayloadError as exc:  # aiohttp could not decode or de-chunk the body
+            cause = getattr(exc.__cause__, "message", None) or str(exc) or "malformed"
+            response = _render(request, InvalidRequest(
+                f"the request body could not be read: {cause.strip()}", code="bad_body"))
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -83,6 +94,16 @@ def _unexpected(request: web.Request, exc: BaseException) -> web.Response:
         f"the proxy failed to answer this request (request id {request_id})"))
     response.headers["X-Request-Id"] = request_id
     return response
+
+
+def _check_encoding(request: web.Request) -> None:
+    """415 for a body coding aiohttp would pass through undecoded (it would then be read
+    as if it were plain, and answered as invalid JSON or, relayed, misread upstream)."""
+    coding = request.headers.get("Content-Encoding")
+    if coding is not None and coding.strip().lower() not in DECODED:
+        raise UnsupportedEncoding(
+            f"Content-Encoding {coding!r} is not supported: send the body plain or as "
+            "gzip, deflate, br or zstd (one coding)", param="Content-Encoding")
 
 
 def _authenticate(request: web.Request) -> None:

@@ -50,6 +50,14 @@ def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("logs")
 
 
+def rss_kb(pid: int) -> int:
+    """A process's resident memory, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
 def launch_llama(logs_dir: Path, name: str, port: int | None = None):
     binary, model = binaries()
     port = port or free_port()

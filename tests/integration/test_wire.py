@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from scripts.stack import stop
-from tests.conftest import launch_proxy
+from tests.conftest import launch_proxy, rss_kb
 
 DECISION = {"messages": [{"role": "user", "content": "I was charged twice for my order."}],
             "semif": {"options": ["billing", "shipping", "technical"]}}
@@ -275,19 +275,12 @@ def test_a_content_length_of_5000_digits_gets_a_prompt_400_and_one_log_line(llam
         log.close()
 
 
-def _rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def test_a_flood_of_pipelined_bad_requests_never_read_keeps_memory_bounded(llama, logs_dir):
     proc, url, log = launch_proxy(logs_dir, llama.url)
     bad = post("/v1/chat/completions", b"not json")
     client = Client(url)
     try:
-        before = _rss_kb(proc.pid)
+        before = rss_kb(proc.pid)
         client.sock.settimeout(3)
         sent = 0
         try:
@@ -297,7 +290,7 @@ def test_a_flood_of_pipelined_bad_requests_never_read_keeps_memory_bounded(llama
         except TimeoutError:
             pass  # the proxy stopped reading: its answers are not being read
         time.sleep(1)
-        grown_mb = (_rss_kb(proc.pid) - before) / 1024
+        grown_mb = (rss_kb(proc.pid) - before) / 1024
         assert sent < 40_000_000, "the proxy read 40 MB of requests whose answers nobody read"
         assert grown_mb < 16, f"resident memory grew by {grown_mb:.1f} MB"
         client.close()
