@@ -61,6 +61,10 @@ class Admission:
     def queued(self) -> int:
         return self._slots.waiting
 
+    @property
+    def active(self) -> int:
+        return self._slots.taken
+
     def admit(self) -> _Admitted:
         """Run the block once a slot is free, within the deadline (counted from this call,
         so time spent queued counts)."""

@@ -57,6 +57,7 @@ def _upstream_ctx(given: Upstream | None) -> Callable[[web.Application], AsyncIt
             max_active=settings.max_active_decisions, max_queued=settings.max_queued_decisions,
             deadline_s=settings.decision_deadline_s, retry_after_s=settings.retry_after_s,
         )
+        app[METRICS].watch(lambda: admission.active, lambda: admission.queued)
         app[SERVICE] = DecisionService(
             upstream, n_probs=settings.n_probs, question_fanout=settings.question_fanout,
             metrics=app[METRICS], admission=admission,

@@ -10,13 +10,15 @@ from .profiles import ProfileStore
 from .service import DecisionService
 from .upstream import Upstream
 
-__all__ = ["SETTINGS", "UPSTREAM", "SERVICE", "METRICS", "PROFILES", "KIND", "API"]
+__all__ = ["SETTINGS", "UPSTREAM", "SERVICE", "METRICS", "PROFILES", "PEERS", "KIND", "API"]
 
 SETTINGS = web.AppKey("settings", Settings)
 UPSTREAM = web.AppKey("upstream", Upstream)
 SERVICE = web.AppKey("service", DecisionService)
 METRICS = web.AppKey("metrics", Metrics)
 PROFILES = web.AppKey("profiles", ProfileStore)
+# The other workers' private metrics sockets (``--workers``; absent with one process).
+PEERS = web.AppKey("peers", tuple)
 
 # What a request turned out to be ("decision" or "relay"), for the metrics.
 KIND = web.RequestKey("kind", str)

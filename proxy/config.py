@@ -36,6 +36,7 @@ class Settings:
     calibration_profile: str = ""  # applied when a request names none; "" for no default
     max_connections: int = 256
     shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
+    workers: int = 1  # processes sharing the port (proxy/workers.py)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -52,6 +53,8 @@ class Settings:
             raise ValueError("max_body_bytes must be at least 1024")
         if self.n_probs < 1:
             raise ValueError("n_probs must be at least 1")
+        if self.workers < 1:
+            raise ValueError("workers must be at least 1")
         if self.question_fanout < 0:
             raise ValueError("question_fanout must be 0 (one per llama-server slot) or more")
 
@@ -89,6 +92,8 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "max_connections": ("PROXY_MAX_CONNECTIONS", "connections kept to llama-server"),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
+    "workers": ("PROXY_WORKERS", "processes sharing the port (SO_REUSEPORT spreads connections); "
+                "each admits its share of PROXY_MAX_ACTIVE and PROXY_MAX_QUEUED"),
 }
 
 

@@ -13,10 +13,13 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
@@ -24,7 +27,7 @@ from .decision.readout import Decision, choice_confidence, score_confidence
 
 __all__ = [
     "Metrics", "CONTENT_TYPE", "UpstreamClock", "upstream_timer", "upstream_seconds",
-    "after_reply",
+    "after_reply", "merged",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -184,6 +187,15 @@ class Metrics:
             "semif_upstream_errors", "llama-server failures by kind", ["kind"], registry=r)
         self.client_errors = Counter(
             "semif_client_errors", "4xx answers by reason", ["reason"], registry=r)
+        self.decisions_active = Gauge(
+            "semif_decisions_active", "Decision requests holding an admission slot", registry=r)
+        self.decisions_queued = Gauge(
+            "semif_decisions_queued", "Decision requests waiting for an admission slot",
+            registry=r)
+        self.worker_processes = Gauge(
+            "semif_worker_processes",
+            "Proxy processes whose counts this scrape includes (--workers)", registry=r)
+        self.worker_processes.set(1)
 
         self._route: dict[str, tuple[Any, Any]] = {}
         self._latency: dict[tuple[str, str, str], Any] = {}
@@ -234,5 +246,47 @@ class Metrics:
         if reads > 1:
             self.wide_reads.inc()
 
+    def watch(self, active: Callable[[], float], queued: Callable[[], float]) -> None:
+        """Read the admission's counts when scraped."""
+        self.decisions_active.set_function(active)
+        self.decisions_queued.set_function(queued)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _Families:
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+def merged(expositions: Sequence[str]) -> bytes:
+    """One exposition for several worker processes (``--workers``): the samples with the
+    same name and labels summed (counters, histogram buckets, sums and counts, and the
+    gauges, which all count things in progress), except ``_created`` timestamps, where
+    the earliest stands. Parsed and written by prometheus_client."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for text in expositions:
+        for family in text_string_to_metric_families(text):
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type)
+                values[family.name] = {}
+            into = values[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sample.labels.items()))
+                if key not in into:
+                    into[key] = sample.value
+                elif sample.name.endswith("_created"):
+                    into[key] = min(into[key], sample.value)
+                else:
+                    into[key] += sample.value
+    for name, family in families.items():
+        for (sample, labels), value in values[name].items():
+            family.add_sample(sample, dict(labels), value)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry)

@@ -6,8 +6,9 @@ from aiohttp import web
 
 import datetime as dt
 
-from ..app_keys import METRICS, SERVICE, UPSTREAM
-from ..metrics import CONTENT_TYPE
+from ..app_keys import METRICS, PEERS, SERVICE, UPSTREAM
+from ..metrics import CONTENT_TYPE, merged
+from ..workers import peer_metrics
 from .common import json_response
 from .systemone import accepted_model_names
 
@@ -27,7 +28,11 @@ async def ping(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    """This process's metrics, or with ``--workers`` every worker's, summed."""
     body = request.app[METRICS].render()
+    peers = request.app.get(PEERS)
+    if peers:
+        body = merged([body.decode(), *await peer_metrics(peers)])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

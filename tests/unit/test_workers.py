@@ -1,0 +1,97 @@
+"""--workers: how the admission limits are split, and how the workers' metrics add up."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.metrics import Metrics, merged
+from proxy.workers import share
+
+
+@pytest.mark.parametrize("total, workers, least, parts", [
+    (16, 2, 1, [8, 8]),
+    (16, 3, 1, [6, 5, 5]),
+    (64, 3, 0, [22, 21, 21]),
+    (1, 2, 1, [1, 1]),      # every worker can serve one decision at least
+    (0, 2, 0, [0, 0]),      # no queue stays no queue
+    (5, 1, 1, [5]),
+])
+def test_share_splits_a_limit_over_the_workers(total, workers, least, parts):
+    assert [share(total, workers, i, least=least) for i in range(workers)] == parts
+
+
+EXPOSITION_A = """\
+# HELP semif_client_errors_total 4xx answers by reason
+# TYPE semif_client_errors_total counter
+semif_client_errors_total{reason="bad_body"} 2.0
+# HELP semif_client_errors_created 4xx answers by reason
+# TYPE semif_client_errors_created gauge
+semif_client_errors_created{reason="bad_body"} 1700000100.0
+# HELP semif_label_mass Raw probability mass the model gave the labels
+# TYPE semif_label_mass histogram
+semif_label_mass_bucket{le="0.5"} 1.0
+semif_label_mass_bucket{le="+Inf"} 3.0
+semif_label_mass_count 3.0
+semif_label_mass_sum 2.25
+# HELP semif_decisions_queued Decision requests waiting for an admission slot
+# TYPE semif_decisions_queued gauge
+semif_decisions_queued 4.0
+"""
+
+EXPOSITION_B = """\
+# HELP semif_client_errors_total 4xx answers by reason
+# TYPE semif_client_errors_total counter
+semif_client_errors_total{reason="bad_body"} 5.0
+semif_client_errors_total{reason="invalid_json"} 1.0
+# HELP semif_client_errors_created 4xx answers by reason
+# TYPE semif_client_errors_created gauge
+semif_client_errors_created{reason="bad_body"} 1700000050.0
+semif_client_errors_created{reason="invalid_json"} 1700000300.0
+# HELP semif_label_mass Raw probability mass the model gave the labels
+# TYPE semif_label_mass histogram
+semif_label_mass_bucket{le="0.5"} 0.0
+semif_label_mass_bucket{le="+Inf"} 2.0
+semif_label_mass_count 2.0
+semif_label_mass_sum 1.5
+# HELP semif_decisions_queued Decision requests waiting for an admission slot
+# TYPE semif_decisions_queued gauge
+semif_decisions_queued 3.0
+"""
+
+
+def test_merged_sums_every_sample_and_keeps_the_earliest_created():
+    assert merged([EXPOSITION_A, EXPOSITION_B]).decode() == """\
+# HELP semif_client_errors_total 4xx answers by reason
+# TYPE semif_client_errors_total counter
+semif_client_errors_total{reason="bad_body"} 7.0
+semif_client_errors_total{reason="invalid_json"} 1.0
+# HELP semif_client_errors_created 4xx answers by reason
+# TYPE semif_client_errors_created gauge
+semif_client_errors_created{reason="bad_body"} 1.70000005e+09
+semif_client_errors_created{reason="invalid_json"} 1.7000003e+09
+# HELP semif_label_mass Raw probability mass the model gave the labels
+# TYPE semif_label_mass histogram
+semif_label_mass_bucket{le="0.5"} 1.0
+semif_label_mass_bucket{le="+Inf"} 5.0
+semif_label_mass_count 5.0
+semif_label_mass_sum 3.75
+# HELP semif_decisions_queued Decision requests waiting for an admission slot
+# TYPE semif_decisions_queued gauge
+semif_decisions_queued 7.0
+"""
+
+
+def test_one_workers_metrics_merged_alone_are_unchanged():
+    metrics = Metrics()
+    metrics.client_errors.labels("bad_body").inc(3)
+    metrics.label_mass.observe(0.4)
+    metrics.latency.labels("/v1/systemone", "decision", "ok").observe(0.012)
+    metrics.watch(lambda: 2, lambda: 5)
+    text = metrics.render()
+    assert merged([text.decode()]) == text
+
+
+def test_two_workers_count_as_two_processes():
+    one, two = Metrics(), Metrics()
+    total = merged([one.render().decode(), two.render().decode()]).decode()
+    assert "\nsemif_worker_processes 2.0\n" in total
