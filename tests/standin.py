@@ -120,3 +120,15 @@ class StandIn:
             return web.json_response({"error": {"code": 503, "message": "Loading model"}},
                                      status=503)
         return web.json_response(_GOOD)
+
+
+if __name__ == "__main__":  # python -m tests.standin: serve in this process until killed
+    import signal
+    import sys
+
+    standin = StandIn()
+    if len(sys.argv) > 1:
+        standin.port = int(sys.argv[1])
+        standin.url = f"http://127.0.0.1:{standin.port}"
+    with standin:
+        signal.sigwait({signal.SIGTERM, signal.SIGINT})
