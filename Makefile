@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test unit venv prepare bench clean
+.PHONY: run test unit venv prepare bench results clean
 
 run: venv
 	$(PY) scripts/stack.py
@@ -35,6 +35,21 @@ prepare:
 
 bench: venv prepare
 	$(PY) bench/overhead.py
+
+# Every figure in bench/RESULTS.md, from the code as it is (about 35 minutes on 2 cores).
+SOAK_S ?= 600
+OUTDIR := bench/out
+results: venv prepare
+	mkdir -p $(OUTDIR)
+	$(PY) bench/load.py
+	$(PY) bench/load.py --concurrency 64 --duration 5 --out load_backpressure.json \
+		--proxy-args '--max-active-decisions 4 --max-queued-decisions 8'
+	$(PY) bench/load.py --soak $(SOAK_S)
+	$(PY) bench/json_vs_decision.py
+	for b in overhead cpu shared_state; do \
+		{ echo "$$ .venv/bin/python bench/$$b.py"; $(PY) bench/$$b.py; } > $(OUTDIR)/$$b.txt || exit 1; \
+	done
+	$(PY) bench/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from _servers import ROOT
 
+from scripts.cpu import level, read_cpu
 from scripts.prepare import choose_llama_server, ensure_model
 from scripts.stack import LLAMA_FLAGS
 
@@ -54,6 +55,7 @@ def describe() -> dict:
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": _cpu_model(),
+        "cpu_level": level(read_cpu()),
         "cores": os.cpu_count(),
         "memory_gib": _mem_total_gib(),
         "kernel": platform.release(),

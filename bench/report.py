@@ -49,11 +49,13 @@ def _num(v: object) -> str:
 
 def _machine(m: dict) -> list[str]:
     return ["## Machine", "",
-            f"- CPU: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB RAM,"
+            f"- CPU: {m['cpu']} ({m.get('cpu_level', 'level not recorded')}), {m['cores']} cores, {m['memory_gib']} GiB RAM,"
             f" Linux {m['kernel']},"
             f" Python {m['python']}",
             f"- llama-server: `{m['llama_server']}` ({m['llama_server_version']}),"
             f" flags `{' '.join(m['llama_server_flags'])}`",
+            f"- chosen for this CPU: {m.get('llama_server_choice', 'not recorded')}".replace(
+                "\n", "; "),
             f"- model: {m['model']} ({m['model_bytes'] / 2**20:.0f} MiB)",
             "- client, proxy and llama-server share the machine (loopback); other work on the"
             " machine at the time of the run is not controlled for", ""]
@@ -154,17 +156,35 @@ def _top_share(records: list[dict], way: str, set_name: str) -> float:
     return max(answers.count(a) for a in set(answers)) / len(answers)
 
 
+# Benchmarks that print their own report: bench/out/NAME.txt, its first line the command.
+PRINTED = {"overhead": "Proxy overhead against direct llama-server",
+           "cpu": "CPU per decision against a bare relay",
+           "shared_state": "Reading the state once"}
+
+
+def _printed(name: str, text: str) -> list[str]:
+    command, _, body = text.partition("\n")
+    return [f"## {PRINTED[name]}", "", f"`{command.removeprefix('$ ')}`", "", "```",
+            body.strip(), "```", ""]
+
+
 def markdown(load: dict | None, soak: dict | None, jvd: dict | None,
-             bp: dict | None = None) -> str:
+             bp: dict | None = None, printed: dict[str, str] | None = None) -> str:
     runs = [r for r in (load, bp, soak, jvd) if r]
+    printed = printed or {}
     lines = ["# Benchmark results", "",
-             f"Written {datetime.date.today().isoformat()} by `.venv/bin/python bench/report.py`"
-             " from bench/out/*.json. Benchmarks, not tests: nothing gates on these figures.", "",
+             f"Written {datetime.date.today().isoformat()} by `make results` (the benchmarks,"
+             " then `.venv/bin/python bench/report.py` from bench/out/). Benchmarks, not tests:"
+             " nothing gates on these figures.", "",
              *_machine(runs[0]["machine"]), "## Commands", "", "```",
-             *(r["command"] for r in runs), ".venv/bin/python bench/report.py", "```", ""]
+             *(r["command"] for r in runs),
+             *(text.partition("\n")[0].removeprefix("$ ") for text in printed.values()),
+             ".venv/bin/python bench/report.py", "```", ""]
     for part, fn in ((load, _load), (bp, _backpressure), (soak, _soak), (jvd, _json)):
         if part:
             lines += fn(part)
+    for name, text in printed.items():
+        lines += _printed(name, text)
     return "\n".join(lines)
 
 
@@ -201,7 +221,10 @@ def main() -> None:
     if load:
         plot(load)
         print(f"wrote {PLOT.relative_to(BENCH.parent)}")
-    (BENCH / "RESULTS.md").write_text(markdown(load, soak, jvd, _read("load_backpressure.json")))
+    printed = {name: (OUT / f"{name}.txt").read_text() for name in PRINTED
+               if (OUT / f"{name}.txt").exists()}
+    (BENCH / "RESULTS.md").write_text(
+        markdown(load, soak, jvd, _read("load_backpressure.json"), printed))
     print("wrote bench/RESULTS.md")
 
 

@@ -187,6 +187,10 @@ class Metrics:
             "semif_upstream_errors", "llama-server failures by kind", ["kind"], registry=r)
         self.client_errors = Counter(
             "semif_client_errors", "4xx answers by reason", ["reason"], registry=r)
+        self.unrepeatable_reads = Counter(
+            "semif_unrepeatable_reads",
+            "Reads whose llama-server slot changed under them (a replay may differ)",
+            registry=r)
         self.decisions_active = Gauge(
             "semif_decisions_active", "Decision requests holding an admission slot", registry=r)
         self.decisions_queued = Gauge(

@@ -11,6 +11,8 @@ is known. Nothing is guessed: a label missing from the widest read is an error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -37,6 +39,7 @@ from .decision.outcome import Outcome
 from .decision.readout import decide
 from .admission import Admission
 from .errors import InvalidRequest, UpstreamBadResponse
+from .kv import SlotBook, after, plan
 from .metrics import Metrics, after_reply
 from .upstream import ModelInfo, NextToken, Upstream
 
@@ -50,6 +53,10 @@ _MAX_KWARGS_CHARS = 4096
 _MAX_LAYOUTS = 512  # distinct (options, labels) layouts remembered ...
 _MAX_LAYOUT_CHARS = 8192  # ... each at most this long: at most ~10 MB in all
 _NO_THINKING: Mapping[str, Any] = MappingProxyType({"enable_thinking": False})  # the default
+_MAX_PROMPTS = 256  # rendered and tokenised prompts remembered ...
+_MAX_PROMPT_KEY = 64 * 1024  # ... for conversations up to this size (JSON bytes)
+_MAX_SEGMENTS = 64  # shared segments (states, conversations) tokenised, remembered
+log = logging.getLogger("proxy")
 _NO_THINKING_KEY = orjson.dumps(dict(_NO_THINKING), option=orjson.OPT_SORT_KEYS).decode()
 
 
@@ -87,6 +94,9 @@ class DecisionService:
         # the lock-free fast path, used only while that model is still the one served
         self._assigned: dict[tuple[str, int], tuple[ModelInfo, tuple[tuple[str, int], ...]]] = {}
         self._layouts: dict[tuple[Any, ...], tuple[str, str]] = {}  # see _layout
+        self._slot_book: SlotBook | None = None  # llama-server's slots, once counted
+        self._prompts: dict[bytes, tuple[tuple[int, ...], int]] = {}  # see _prompt
+        self._segments: dict[str, tuple[int, ...]] = {}  # shared segment text -> tokens
 
     async def decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
@@ -192,34 +202,103 @@ class DecisionService:
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         labels: Sequence[tuple[str, int]], kwargs: Mapping[str, Any], info: ModelInfo,
     ) -> Outcome | None:
-        """The read, or ``None`` when a model other than ``info``'s answered it."""
+        """The read, or ``None`` when a model other than ``info``'s answered it.
+
+        Text conversations are read repeatably (``proxy/kv.py``): through ``/completion``
+        with the prompt's tokens, pinned to a leased slot. Others (images, audio) go
+        through llama-server's chat endpoint, which renders them itself."""
         names = tuple(label for label, _ in labels)
         block, grammar = self._layout(question, names)
         convo = append_to_conversation(messages, block)
-        first: NextToken | None = None
         ids = [tid for _, tid in labels]
+        tokens = await self._prompt(convo, block, kwargs) if _text_only(convo) else None
         evaluated = reads = 0
-        for width in read_widths(self._n_probs, len(labels), info.n_vocab):
-            read = await self._upstream.next_token(
-                convo, labels_grammar=grammar, n_probs=width, template_kwargs=kwargs
-            )
-            if read.model != info.id:
-                return None
-            first = first or read
-            reads += 1
-            evaluated += read.prompt_evaluated
-            # All labels from one read: one forward pass, one set of numerics.
-            logprobs = read.of(ids)
-            if logprobs is not None:
-                return Outcome(
-                    decide(question, logprobs), tuple(names), read.model,
-                    first.prompt_tokens, evaluated, reads,
-                )
+        first: NextToken | None = None
+        book = await self._book() if tokens is not None else None
+        async with (book.lease(tokens[0][:tokens[1]]) if book is not None
+                    else contextlib.nullcontext()) as slot:
+            for width in read_widths(self._n_probs, len(labels), info.n_vocab):
+                if tokens is None:
+                    read = await self._upstream.next_token(
+                        convo, labels_grammar=grammar, n_probs=width, template_kwargs=kwargs)
+                    spent = read.prompt_evaluated
+                else:
+                    read, spent = await self._repeatable(book, slot, *tokens, width, grammar)
+                if read.model != info.id:
+                    return None
+                first = first or read
+                reads += 1
+                evaluated += spent
+                # All labels from one read: one forward pass, one set of numerics.
+                logprobs = read.of(ids)
+                if logprobs is not None:
+                    return Outcome(
+                        decide(question, logprobs), tuple(names), read.model,
+                        first.prompt_tokens, evaluated, reads,
+                    )
         missing = [label for label, tid in labels if tid not in read.logprobs]
         raise UpstreamBadResponse(
             f"llama-server returned no log-probability for labels {missing} "
             "even over the whole vocabulary"
         )
+
+    async def _repeatable(self, book: SlotBook, slot: int, prompt: tuple[int, ...], s_len: int,
+                          width: int, grammar: str) -> tuple[NextToken, int]:
+        """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
+        and the tokens evaluated for it. A slot found changed under the read (llama-server
+        reused other than expected) starts it again from a cold shared segment, once."""
+        spent = 0
+        for attempt in range(2):
+            steps = plan(book.holds[slot], s_len, prompt)
+            for step in steps:
+                sent = after(step, prompt)
+                last = step is steps[-1]
+                done = await self._upstream.complete(
+                    sent, slot=slot, cache=step.cache, n_probs=width if last else 0,
+                    grammar=grammar if last else None)
+                spent += done.read.prompt_evaluated
+                book.holds[slot] = sent
+                if (done.cached, done.read.prompt_evaluated) != (step.cached, step.evaluated):
+                    book.holds[slot] = None
+                    log.warning("slot %d held other than recorded (reused %d tokens, expected "
+                                "%d): %s", slot, done.cached, step.cached,
+                                "reading again from a cold start" if attempt == 0 else
+                                "this answer may differ from a replay")
+                    if self._metrics:
+                        self._metrics.unrepeatable_reads.inc()
+                    break
+            else:
+                return done.read, spent
+        return done.read, spent
+
+    async def _prompt(self, convo: list[dict[str, Any]], block: str,
+                      kwargs: Mapping[str, Any]) -> tuple[tuple[int, ...], int] | None:
+        """The prompt's tokens and the length of its shared segment (everything before
+        the options block), remembered; ``None`` when the template hides the block."""
+        key = orjson.dumps([convo, dict(kwargs)], option=orjson.OPT_SORT_KEYS)
+        known = self._prompts.get(key)
+        if known is not None:
+            return known
+        rendered = await self._upstream.render(convo, kwargs)
+        at = rendered.rfind(block)
+        if at <= 0:
+            return None
+        segment = self._segments.get(rendered[:at])
+        if segment is None:
+            segment = tuple(await self._upstream.tokenize(rendered[:at], special=True))
+            _remember(self._segments, rendered[:at], segment, _MAX_SEGMENTS)
+        question = await self._upstream.tokenize(rendered[at:])
+        if not segment or not question:
+            return None
+        found = ((*segment, *question), len(segment))
+        if len(key) <= _MAX_PROMPT_KEY:
+            _remember(self._prompts, key, found, _MAX_PROMPTS)
+        return found
+
+    async def _book(self) -> SlotBook:
+        if self._slot_book is None:
+            self._slot_book = SlotBook(await self._total_slots())
+        return self._slot_book
 
     async def _labels(
         self, n: int, kwargs: Mapping[str, Any]
@@ -290,10 +369,30 @@ class DecisionService:
         return layout
 
     def _forget(self) -> None:
-        self._info = self._slots = None
+        self._info = self._slots = self._slot_book = None
+        self._prompts.clear()
+        self._segments.clear()
         self._contexts.clear()
         self._token_ids.clear()
         self._assigned.clear()
+
+
+def _remember(cache: dict, key: Any, value: Any, limit: int) -> None:
+    if len(cache) >= limit:
+        del cache[next(iter(cache))]
+    cache[key] = value
+
+
+def _text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every message's content is text (a string or text parts only)."""
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
+                return False
+        elif content is not None and not isinstance(content, str):
+            return False
+    return True
 
 
 def _usable(ids: Mapping[str, int | None]) -> int:

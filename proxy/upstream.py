@@ -81,6 +81,14 @@ class NextToken:
 
 
 @dataclass(frozen=True)
+class Completion:
+    """A ``/completion`` answer: the read, and how many tokens came from the slot's cache."""
+
+    read: NextToken
+    cached: int
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     id: str
     n_vocab: int | None
@@ -163,6 +171,35 @@ class Upstream:
             ) from exc
         return NextToken(top, model, prompt_tokens, max(0, prompt_tokens - cached))
 
+    async def complete(
+        self, tokens: Sequence[int], *, slot: int, cache: bool, n_probs: int = 0,
+        grammar: str | None = None,
+    ) -> Completion:
+        """Evaluate ``tokens`` in slot ``slot`` (``/completion``); with ``n_probs``, read the
+        next token's top log-probabilities under ``grammar``."""
+        body: dict[str, Any] = {
+            "prompt": list(tokens), "id_slot": slot, "cache_prompt": cache,
+            "n_predict": 1 if n_probs else 0, "temperature": 0,
+        }
+        if n_probs:
+            body["n_probs"] = n_probs
+            if grammar is not None:
+                body["grammar"] = grammar
+        data = await self._request_json("POST", "/completion", body)
+        try:
+            timings = data["timings"]
+            cached, evaluated = int(timings["cache_n"]), int(timings["prompt_n"])
+            model = str(data.get("model", ""))
+            top: dict[Any, Any] = {}
+            if n_probs:
+                first = data["completion_probabilities"][0]
+                top = {e["id"]: e["logprob"] for e in first["top_logprobs"]}
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise UpstreamBadResponse(
+                "llama-server's /completion answer has no timings or log-probabilities"
+            ) from exc
+        return Completion(NextToken(top, model, len(tokens), evaluated), cached)
+
     async def render(
         self, messages: list[dict[str, Any]], template_kwargs: Mapping[str, Any] | None
     ) -> str:
@@ -174,8 +211,9 @@ class Upstream:
             raise UpstreamBadResponse("llama-server's /apply-template answer has no prompt")
         return prompt
 
-    async def tokenize(self, text: str) -> list[int]:
-        body = {"content": text, "add_special": False}
+    async def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        """``text``'s token ids; ``special``: with the model's BOS, as a prompt's start."""
+        body = {"content": text, "add_special": special}
         data = await self._request_json("POST", "/tokenize", body)
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):

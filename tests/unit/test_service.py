@@ -7,7 +7,7 @@ import pytest
 from proxy.decision.question import choice_question
 from proxy.errors import UpstreamBadResponse
 from proxy.service import DecisionService, read_widths
-from proxy.upstream import ModelInfo, NextToken
+from proxy.upstream import Completion, ModelInfo, NextToken
 
 CONTEXT = "<|im_end|>\n<|im_start|>assistant\n"
 # Recorded from SmolLM2-135M: single letters are one token each after the header.
@@ -17,27 +17,46 @@ TOKENS[CONTEXT + "B"] = [*TOKENS[CONTEXT], 49, 49]  # pretend "B" is two tokens
 
 
 class RecordedUpstream:
+    """Recorded reads, served through a simulated llama-server slot cache: a request
+    reuses the longest common prefix with its slot's tokens (all but the last token
+    when the whole prompt is cached, as llama-server does)."""
+
     def __init__(self, reads):
-        self.reads = list(reads)  # one dict of logprobs per call, in order
+        self.reads = list(reads)  # one dict of logprobs per read, in order
         self.widths = []
         self.model = "smollm2"
-        self.renders = 0
+        self.renders = 0  # the label probe's renders
+        self.slots: dict[int, list[int]] = {}
+        self.requests = []  # (slot, tokens sent, cache_prompt, reused, evaluated)
 
     async def model_info(self):
         return ModelInfo(self.model, 49152, 8192)
 
+    async def total_slots(self):
+        return 2
+
     async def render(self, messages, kwargs):
-        self.renders += 1
         assert kwargs["enable_thinking"] is False
-        return "<|im_start|>user\n" + messages[-1]["content"] + CONTEXT
+        content = messages[-1]["content"]
+        self.renders += content.startswith("Question.")
+        return "<|im_start|>user\n" + content + CONTEXT
 
-    async def tokenize(self, text):
-        return TOKENS.get(text, [0, 0, 0])
+    async def tokenize(self, text, special=False):
+        return TOKENS.get(text) or [ord(c) for c in text]  # one token per character
 
-    async def next_token(self, messages, *, labels_grammar, n_probs, template_kwargs):
-        self.widths.append(n_probs)
-        self.last_messages, self.last_grammar = messages, labels_grammar
-        return NextToken(self.reads.pop(0), self.model, 40, 40 if len(self.widths) == 1 else 1)
+    async def complete(self, tokens, *, slot, cache, n_probs=0, grammar=None):
+        held = self.slots.get(slot, []) if cache else []
+        reused = next((i for i, (a, b) in enumerate(zip(held, tokens)) if a != b),
+                      min(len(held), len(tokens)))
+        reused = min(reused, len(tokens) - 1)
+        self.slots[slot] = list(tokens)
+        self.requests.append((slot, list(tokens), cache, reused, len(tokens) - reused))
+        read = {}
+        if n_probs:
+            self.widths.append(n_probs)
+            self.last_prompt, self.last_grammar = "".join(map(chr, tokens)), grammar
+            read = self.reads.pop(0)
+        return Completion(NextToken(read, self.model, len(tokens), len(tokens) - reused), reused)
 
 
 @pytest.mark.parametrize(
@@ -61,10 +80,11 @@ async def test_labels_skip_multi_token_candidates_and_grammar_lists_them():
     )
     assert out.labels == ("A", "C", "D")
     assert up.last_grammar == 'root ::= "A" | "C" | "D"'
-    assert "A: x\nC: y\nD: z" in up.last_messages[-1]["content"]
+    assert "A: x\nC: y\nD: z" in up.last_prompt
     assert out.decision.probabilities == pytest.approx((0.5, 0.25, 0.25), rel=1e-12)
     assert out.decision.label_mass == pytest.approx(0.4, rel=1e-12)
-    assert (out.reads, out.prompt_tokens, out.prompt_evaluated) == (1, 40, 40)
+    prompt = len(up.last_prompt)
+    assert (out.reads, out.prompt_tokens, out.prompt_evaluated) == (1, prompt, prompt)
 
 
 async def test_missing_label_is_fetched_by_a_wider_read_not_guessed():
@@ -77,7 +97,8 @@ async def test_missing_label_is_fetched_by_a_wider_read_not_guessed():
     assert up.widths == [12, 1024]
     expected = [math.exp(v) / sum(math.exp(w) for w in wider.values()) for v in wider.values()]
     assert out.decision.probabilities == pytest.approx(expected, rel=1e-12)
-    assert (out.reads, out.prompt_evaluated) == (2, 41)
+    # the wider read finds the prompt cached and evaluates its last token again
+    assert (out.reads, out.prompt_evaluated) == (2, len(up.last_prompt) + 1)
 
 
 async def test_label_absent_from_the_whole_vocabulary_is_an_upstream_error():
@@ -114,7 +135,7 @@ async def test_remembered_layouts_give_the_same_read_as_fresh_ones():
     sent = []
     for options in (["x", "y", "z"], ["x", "y", "z"], ["x", "z", "y"]):
         await service.decide([{"role": "user", "content": "q"}], choice_question(options))
-        sent.append((up.last_messages[-1]["content"], up.last_grammar))
+        sent.append((up.last_prompt, up.last_grammar))
     assert sent[0] == sent[1]
     assert sent[2][0] != sent[0][0] and "A: x\nC: z\nD: y" in sent[2][0]
     assert sent[2][1] == sent[0][1] == 'root ::= "A" | "C" | "D"'

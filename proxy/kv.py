@@ -1,0 +1,139 @@
+"""Repeatable reads: every decision's prompt is evaluated the same way, whatever
+llama-server's caches held before it (docs/repeatability.md).
+
+llama.cpp's CPU flash attention computes a token's row with one of three kernels,
+chosen by how many tokens are evaluated together: 64 or more, a tiled kernel in
+F32; 2 to 63 (or 1 with under 512 KV cells), a per-row kernel that accumulates
+in F16; one token with 512 cells or more, a split-KV kernel. Within one kernel a
+row's numbers depend only on the rows before it, so the chunking of a prompt
+matters only through which kernel each row went through. A read is therefore
+repeatable when every row of its prompt ``P = S + Q`` (``S`` the shared segment:
+the template's header and the conversation or state; ``Q`` the question, its
+options and the answer position) always goes through the same kernel:
+
+- ``S`` is evaluated cold, from position 0 (``cache_prompt: false``), unless the
+  slot is known to hold exactly this ``S`` from an earlier cold evaluation;
+- the rows of ``Q`` but the last in chunks of 2 to 63 tokens;
+- the last token alone, which is also what llama-server does when the whole
+  prompt is already cached (it evaluates the last token again).
+
+Each request is pinned to a slot (``id_slot``) that this process leases to one
+decision at a time and whose content it tracks (``SlotBook``). llama-server
+reports what it reused (``timings.cache_n``): a slot someone else changed shows
+as an unexpected count, and the read starts again from a cold ``S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Step", "plan", "SlotBook", "MAX_SMALL_CHUNK"]
+
+MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One request: the first ``length`` tokens of the prompt (the last one replaced
+    by ``junk`` when set), and what llama-server must report for it."""
+
+    length: int
+    cache: bool       # cache_prompt
+    cached: int       # tokens it reuses from the slot (timings.cache_n)
+    evaluated: int    # tokens it evaluates (timings.prompt_n)
+    junk: int | None = None
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def plan(holds: Sequence[int] | None, s_len: int, prompt: Sequence[int]) -> list[Step]:
+    """The requests that leave the slot holding ``prompt`` evaluated canonically, the
+    last one reading the next token. ``holds``: what the slot holds canonically (this
+    process's record), ``None`` when unknown. ``s_len``: the length of ``S``."""
+    n = len(prompt)
+    if not 0 < s_len < n:
+        raise ValueError("the shared segment must be a proper, non-empty prefix")
+    steps: list[Step] = []
+    if holds is None or len(holds) < s_len or list(holds[:s_len]) != list(prompt[:s_len]):
+        steps.append(Step(s_len, False, 0, s_len))
+        held = s_len
+    else:
+        held = min(_common(holds, prompt), n)
+    target = n - 1  # every row but the last
+    if held >= target:
+        return [*steps, Step(n, True, n - 1, 1)]
+    if target - held == 1 and held > s_len:
+        # a one-token chunk would take another kernel: start the chunk a token earlier,
+        # after making the slot drop that token (a different token in its place)
+        held -= 1
+        other = 0 if prompt[held] != 0 else 1
+        steps.append(Step(held + 1, True, held, 1, junk=other))
+    rest = target - held
+    pieces = math.ceil(rest / MAX_SMALL_CHUNK)
+    end = held
+    for i in range(pieces):
+        size = rest // pieces + (1 if i < rest % pieces else 0)
+        steps.append(Step(end + size, True, end, size))
+        end += size
+    steps.append(Step(n, True, n - 1, 1))
+    return steps
+
+
+def after(step: Step, prompt: Sequence[int]) -> list[int]:
+    """What the slot holds once ``step`` has run."""
+    held = list(prompt[:step.length])
+    if step.junk is not None:
+        held[-1] = step.junk
+    return held
+
+
+class SlotBook:
+    """llama-server's slots, each leased to one decision at a time, with what each
+    holds canonically. A lease prefers a free slot that holds the same ``S``, then
+    one that holds nothing known, then the one used longest ago."""
+
+    def __init__(self, slots: int):
+        self.holds: list[list[int] | None] = [None] * slots
+        self._free = list(range(slots))
+        self._last_use = [0] * slots
+        self._uses = 0
+        self._changed = asyncio.Condition()
+
+    @property
+    def size(self) -> int:
+        return len(self.holds)
+
+    def _pick(self, segment: Sequence[int]) -> int:
+        def rank(slot: int) -> tuple[int, int]:
+            held = self.holds[slot]
+            same = held is not None and held[:len(segment)] == list(segment)
+            return (0 if same else 1 if held is None else 2, self._last_use[slot])
+        return min(self._free, key=rank)
+
+    @contextlib.asynccontextmanager
+    async def lease(self, segment: Sequence[int]) -> AsyncIterator[int]:
+        async with self._changed:
+            await self._changed.wait_for(lambda: bool(self._free))
+            slot = self._pick(segment)
+            self._free.remove(slot)
+        try:
+            yield slot
+        except BaseException:
+            self.holds[slot] = None  # a request cut short leaves the slot unknown
+            raise
+        finally:
+            self._uses += 1
+            self._last_use[slot] = self._uses
+            async with self._changed:
+                self._free.append(slot)
+                self._changed.notify()
