@@ -31,7 +31,7 @@ import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Step", "plan", "SlotBook", "MAX_SMALL_CHUNK"]
+__all__ = ["Step", "plan", "after", "common_prefix", "SlotBook", "MAX_SMALL_CHUNK"]
 
 MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
 
@@ -48,7 +48,8 @@ class Step:
     junk: int | None = None
 
 
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -68,7 +69,7 @@ def plan(holds: Sequence[int] | None, s_len: int, prompt: Sequence[int]) -> list
         steps.append(Step(s_len, False, 0, s_len))
         held = s_len
     else:
-        held = min(_common(holds, prompt), n)
+        held = min(common_prefix(holds, prompt), n)
     target = n - 1  # every row but the last
     if held >= target:
         return [*steps, Step(n, True, n - 1, 1)]

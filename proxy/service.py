@@ -39,7 +39,7 @@ from .decision.outcome import Outcome
 from .decision.readout import decide
 from .admission import Admission
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import SlotBook, after, plan
+from .kv import SlotBook, after, common_prefix, plan
 from .metrics import Metrics, after_reply
 from .upstream import ModelInfo, NextToken, Upstream
 
@@ -273,8 +273,10 @@ class DecisionService:
 
     async def _prompt(self, convo: list[dict[str, Any]], block: str,
                       kwargs: Mapping[str, Any]) -> tuple[tuple[int, ...], int] | None:
-        """The prompt's tokens and the length of its shared segment (everything before
-        the options block), remembered; ``None`` when the template hides the block."""
+        """The prompt's tokens (as llama-server's chat endpoint would make them) and the
+        length of its shared segment: the tokens it has in common with the text before
+        the options block tokenised alone (whitespace before the block may tokenise
+        differently in context). Remembered; ``None`` when the template hides the block."""
         key = orjson.dumps([convo, dict(kwargs)], option=orjson.OPT_SORT_KEYS)
         known = self._prompts.get(key)
         if known is not None:
@@ -287,10 +289,11 @@ class DecisionService:
         if segment is None:
             segment = tuple(await self._upstream.tokenize(rendered[:at], special=True))
             _remember(self._segments, rendered[:at], segment, _MAX_SEGMENTS)
-        question = await self._upstream.tokenize(rendered[at:])
-        if not segment or not question:
+        tokens = tuple(await self._upstream.tokenize(rendered, special=True))
+        shared = common_prefix(segment, tokens)
+        if not 0 < shared < len(tokens):
             return None
-        found = ((*segment, *question), len(segment))
+        found = (tokens, shared)
         if len(key) <= _MAX_PROMPT_KEY:
             _remember(self._prompts, key, found, _MAX_PROMPTS)
         return found

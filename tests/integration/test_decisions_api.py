@@ -86,14 +86,11 @@ def test_items_are_read_as_their_transcript(client, model):
     transcript = (f"system: You route support tickets.\nuser: {STATE}\n"
                   'function_call order_status (c1): {"id": 1182}\n'
                   "function_call_output (c1): shipped 9 days ago")
-    # Two reads of the same kind: the first puts the prompt in llama-server's cache, so
-    # both compared reads find it there (a cold and a warm read differ in llama-server,
-    # ../shared/FACTS.md section 1, "Repeatability"). Same prompt, same kind: same numbers.
-    client.decisions.create(model=model, input=transcript, questions=[TEAM])
+    # The same prompt either way, read the same way (proxy/kv.py): the same numbers, exactly.
     as_items = client.decisions.create(model=model, input=items, questions=[TEAM]).answers[0]
     as_text = client.decisions.create(model=model, input=transcript, questions=[TEAM]).answers[0]
-    for a, b in zip(as_items.probabilities, as_text.probabilities, strict=True):
-        assert (a.value, a.probability) == (b.value, pytest.approx(b.probability, abs=1e-6))
+    assert [(a.value, a.probability) for a in as_items.probabilities] == \
+        [(b.value, b.probability) for b in as_text.probabilities]
 
 
 def test_boolean_choice_values_stay_booleans(client, model):
