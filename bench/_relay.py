@@ -1,8 +1,9 @@
 """A bare relay: a hop to llama-server with none of the proxy's logic.
 
-    python bench/_relay.py UPSTREAM_URL PORT BODY_FILE
+    python bench/_relay.py UPSTREAM_URL PORT BODY_FILE [UPSTREAM_PATH]
 
-Every POST sends BODY_FILE's bytes (the decision read) to UPSTREAM_URL with an
+Every POST sends BODY_FILE's bytes (the decision read) to UPSTREAM_URL's
+UPSTREAM_PATH (default /completion, the proxy's read) with an
 aiohttp client tuned as the proxy's is (pooled keep-alive, no cookie jar),
 parses the JSON answer and replies with a small JSON object from an aiohttp
 application on uvloop; GET answers ``ok`` for the readiness check.
@@ -24,7 +25,7 @@ HEADERS = {"Content-Type": "application/json"}
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 
 
-def build(upstream: str, body: bytes) -> web.Application:
+def build(upstream: str, body: bytes, path: str = "/completion") -> web.Application:
     async def session_ctx(app: web.Application):
         async with aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=4.0),
@@ -35,7 +36,7 @@ def build(upstream: str, body: bytes) -> web.Application:
 
     async def decide(request: web.Request) -> web.Response:
         await request.read()
-        async with request.app[SESSION].post(upstream + "/v1/chat/completions", data=body,
+        async with request.app[SESSION].post(upstream + path, data=body,
                                              headers=HEADERS) as resp:
             reply = orjson.loads(await resp.read())
         return web.Response(body=orjson.dumps({"model": reply.get("model")}),
@@ -54,7 +55,8 @@ def build(upstream: str, body: bytes) -> web.Application:
 def main() -> None:
     upstream, port = sys.argv[1].rstrip("/"), int(sys.argv[2])
     body = Path(sys.argv[3]).read_bytes()
-    web.run_app(build(upstream, body), host="127.0.0.1", port=port,
+    path = sys.argv[4] if len(sys.argv) > 4 else "/completion"
+    web.run_app(build(upstream, body, path), host="127.0.0.1", port=port,
                 loop=uvloop.new_event_loop(), access_log=None, handler_cancellation=True,
                 print=None)
 

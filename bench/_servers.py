@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.stack import start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
-__all__ = ["free_port", "model_path", "llama_server", "proxy", "proxy_process", "bare_relay",
-           "ROOT"]
+__all__ = ["free_port", "model_path", "llama_server", "llama_server_process", "proxy",
+           "proxy_process", "bare_relay", "pin", "ROOT"]
 
 
 def free_port() -> int:
@@ -49,12 +49,25 @@ def model_path() -> Path:
 
 
 @contextlib.contextmanager
-def llama_server(binary: Path | None = None, extra: list[str] | None = None) -> Iterator[str]:
+def llama_server_process(binary: Path | None = None, extra: list[str] | None = None
+                         ) -> Iterator[tuple[str, subprocess.Popen]]:
     binary = binary or Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
     model = model_path()
     with _serving(lambda port, log: start_llama_server(binary, model, port, extra, log=log),
-                  timeout_s=180) as (url, _):
+                  timeout_s=180) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def llama_server(binary: Path | None = None, extra: list[str] | None = None) -> Iterator[str]:
+    with llama_server_process(binary, extra) as (url, _):
         yield url
+
+
+def pin(pid: int, core: int) -> None:
+    """Move every thread of ``pid`` to ``core`` (taskset -a)."""
+    subprocess.run(["taskset", "-a", "-cp", str(core), str(pid)], check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 @contextlib.contextmanager
@@ -67,7 +80,7 @@ def proxy_process(upstream_url: str, extra: list[str] | None = None
 
 
 @contextlib.contextmanager
-def bare_relay(upstream_url: str, body: bytes) -> Iterator[str]:
+def bare_relay(upstream_url: str, body: bytes) -> Iterator[tuple[str, subprocess.Popen]]:
     """bench/_relay.py: an aiohttp hop with no decision logic, sending ``body`` upstream."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         f.write(body)
@@ -75,8 +88,8 @@ def bare_relay(upstream_url: str, body: bytes) -> Iterator[str]:
         command = [sys.executable, str(ROOT / "bench" / "_relay.py"), upstream_url]
         with _serving(lambda port, log: subprocess.Popen(
                 [*command, str(port), f.name], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True), timeout_s=30) as (url, _):
-            yield url
+                start_new_session=True), timeout_s=30) as served:
+            yield served
 
 
 @contextlib.contextmanager

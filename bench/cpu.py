@@ -30,7 +30,7 @@ import aiohttp
 import orjson
 from _machine import describe
 from _servers import ROOT, free_port, wait_ready
-from overhead import PROXY_BODY, direct_body, run_batch
+from overhead import PROXY_BODY, completion_body, run_batch
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 PATH = "/v1/chat/completions"
@@ -104,14 +104,14 @@ def main() -> None:
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     pid: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
-        stack.enter_context(started([py, "-m", "tests.standin", str(standin_port)], 1,
-                                    standin + "/health"))
+        stack.enter_context(started([py, "-m", "tests.standin", str(standin_port), "--tokens"],
+                                    1, standin + "/health"))
         for name, extra in (("proxy", []), ("workers", ["--workers", "2"])):
             pid[name] = stack.enter_context(started(
                 [py, "-m", "proxy", "--port", str(ports[name]), "--upstream-url", standin, *extra],
                 0, url[name] + "/metrics")).pid
         body_file = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".json"))
-        body_file.write(direct_body(asyncio.run(labels(url["proxy"]))))
+        body_file.write(completion_body(standin, asyncio.run(labels(url["proxy"]))))
         body_file.flush()
         pid["relay"] = stack.enter_context(started(
             [py, str(ROOT / "bench" / "_relay.py"), standin, str(ports["relay"]), body_file.name],

@@ -1,7 +1,11 @@
-"""Proxy overhead: one decision through the proxy vs the same one-token call sent
+"""Proxy overhead: one decision through the proxy vs the same one-token read sent
 straight to llama-server, interleaved in one run, at concurrency 1 and 8.
 
     .venv/bin/python bench/overhead.py [--starts 3] [--requests 1800] [--rounds 12] [--pause-ms 0]
+                                       [--pin]
+
+``--pin``: llama-server on core 1, everything else (proxy, relay, this client) on
+core 0, so the hop and the model do not share a core.
 
 Prints p50/p99 latency and throughput for each target and the ratios to direct,
 each ratio with a 95% interval for the noise between rounds and the range over
@@ -17,9 +21,13 @@ and the rounds of all starts pooled. The interval resamples rounds within their
 start, so it does not cover the shift between starts; the lowest and highest
 start are printed for that (three starts are too few to resample).
 
-A bare relay (bench/_relay.py: aiohttp server and client, no decision logic) is
-measured beside them as ``relay``: what any Python hop costs here, the part of
-the ratio the proxy's own logic cannot remove.
+Two direct reads: ``direct`` is the cheapest equivalent, ``/completion`` with the
+prompt's tokens (what the proxy sends: proxy/kv.py), and ``chat`` the same read
+through llama-server's chat endpoint (it renders the template and builds a chat
+answer each time). Ratios are to ``direct``. A bare relay (bench/_relay.py: aiohttp
+server and client, no decision logic, forwarding the ``direct`` body) is measured
+beside them as ``relay``: what any Python hop costs here, the part of the ratio
+the proxy's own logic cannot remove.
 """
 
 from __future__ import annotations
@@ -31,8 +39,11 @@ import statistics
 import time
 
 import aiohttp
+import httpx
 import orjson
-from _servers import bare_relay, llama_server, proxy
+import os
+
+from _servers import bare_relay, llama_server_process, pin, proxy_process
 
 from proxy.config import Settings
 from proxy.decision.labels import gbnf_alternatives
@@ -45,6 +56,26 @@ OPTIONS = {"billing": "charges, refunds, invoices", "shipping": "delivery and pa
            "technical": "bugs, crashes, log-in problems", "other": None}
 PROXY_BODY = orjson.dumps({"messages": MESSAGES, "semif": {"options": OPTIONS}})
 PATH = "/v1/chat/completions"
+
+
+def prompt_tokens(llama_url: str, labels: list[str]) -> list[int]:
+    """The decision's prompt as llama-server's chat endpoint tokenises it."""
+    messages = append_to_conversation(MESSAGES, options_block(choice_question(OPTIONS), labels))
+    with httpx.Client(base_url=llama_url, timeout=60) as client:
+        text = client.post("/apply-template", json={
+            "messages": messages, "chat_template_kwargs": {"enable_thinking": False}}).json()
+        return client.post("/tokenize", json={"content": text["prompt"],
+                                              "add_special": True}).json()["tokens"]
+
+
+def completion_body(llama_url: str, labels: list[str]) -> bytes:
+    """The proxy's read of this decision once the prompt is in the slot's cache."""
+    return orjson.dumps({
+        "prompt": prompt_tokens(llama_url, labels), "id_slot": 0, "cache_prompt": True,
+        "n_predict": 1, "temperature": 0,
+        "n_probs": read_widths(Settings().n_probs, len(labels), None)[0],
+        "grammar": gbnf_alternatives(labels),
+    })
 
 
 def direct_body(labels: list[str]) -> bytes:
@@ -147,6 +178,10 @@ def report(concurrency, results, starts: int) -> None:
     for name, (p50, p99, thr) in rows.items():
         print(f"  {name:8}{p50:14.2f}{p99:14.2f}{thr:14.1f}")
     direct = rows["direct"]
+    if "chat" in rows:
+        print(f"  the proxy adds {rows['proxy'][0] - direct[0]:.2f} ms at p50 to the direct "
+              f"/completion read, {rows['proxy'][0] - rows['chat'][0]:.2f} ms to the same read "
+              "through llama-server's chat endpoint")
     for name in [n for n in rows if n != "direct"]:
         ratios = [mine / d for mine, d in zip(rows[name], direct)]
         print(f"  {name + '/':8}" + "".join(f"{r:14.3f}" for r in ratios) + "   ratio to direct")
@@ -165,6 +200,8 @@ def main() -> None:
                         help="per target and concurrency, over all starts")
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds per start")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
+    parser.add_argument("--pin", action="store_true",
+                        help="llama-server on core 1, the proxy, relay and client on core 0")
     parser.add_argument("--pause-ms", type=float, default=0.0,
                         help="each client's idle time before each request (default: none; "
                         "the event loop's timers round it up to whole milliseconds)")
@@ -172,23 +209,31 @@ def main() -> None:
     results: dict[int, dict[str, list]] = {1: {}, 8: {}}
     for _ in range(args.starts):
         for concurrency, rounds in once(args.llama_args.split(), args.requests // args.starts,
-                                        args.rounds, args.pause_ms / 1e3).items():
+                                        args.rounds, args.pause_ms / 1e3, args.pin).items():
             for name, measured in rounds.items():
                 results[concurrency].setdefault(name, []).extend(measured)
     print(f"{args.starts} starts x {args.rounds} rounds, "
-          f"{args.pause_ms:g} ms pause before each request")
+          f"{args.pause_ms:g} ms pause before each request"
+          + ("; llama-server pinned to core 1, the rest to core 0" if args.pin else ""))
     for concurrency, rounds in results.items():
         report(concurrency, rounds, args.starts)
 
 
-def once(llama_args: list[str], requests: int, rounds: int, pause_s: float
+def once(llama_args: list[str], requests: int, rounds: int, pause_s: float, pinned: bool = False
          ) -> dict[int, dict[str, list]]:
     """Every target's rounds at concurrency 1 and 8, on servers started for this."""
-    with llama_server(extra=llama_args) as llama_url, proxy(llama_url) as proxy_url:
-        direct = direct_body(asyncio.run(decision_labels(proxy_url)))
-        with bare_relay(llama_url, direct) as relay_url:
+    with llama_server_process(extra=llama_args) as (llama_url, llama), \
+            proxy_process(llama_url) as (proxy_url, hop):
+        labels = asyncio.run(decision_labels(proxy_url))
+        direct = completion_body(llama_url, labels)
+        with bare_relay(llama_url, direct) as (relay_url, relay):
+            if pinned:
+                pin(llama.pid, 1)
+                for pid in (hop.pid, relay.pid, os.getpid()):
+                    pin(pid, 0)
             targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "relay": (relay_url + PATH, b"{}"),
-                       "direct": (llama_url + PATH, direct)}
+                       "chat": (llama_url + PATH, direct_body(labels)),
+                       "direct": (llama_url + "/completion", direct)}
             return {concurrency: asyncio.run(measure(targets, requests, rounds, concurrency,
                                                      pause_s))
                     for concurrency in (1, 8)}

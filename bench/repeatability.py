@@ -10,7 +10,8 @@ after the first, how many answers equal the first pass's exactly, the largest ch
 of a probability and how many answers changed their argmax.
 
 ``--under-load``: the same set sent twice while other traffic runs (``--load``
-concurrent clients sending other decisions and plain chat completions throughout).
+concurrent clients sending other decisions, and with ``--mixed`` plain chat
+completions too, throughout).
 
 ``--mechanism``: straight to llama-server, no proxy: the next-token probabilities of
 one prompt read cold (``cache_prompt: false``), warm (the whole prompt cached: only its
@@ -37,9 +38,9 @@ WORDS = ("the parcel arrived late and the box was damaged so I want a refund for
          "number 1182 which I paid twice with my card last week").split()
 
 
-def items() -> list[dict]:
+def items(per_file: int | None = None) -> list[dict]:
     return [json.loads(line) for path in sorted(DATA.glob("*.jsonl"))
-            for line in path.read_text().splitlines() if line.strip()]
+            for line in [x for x in path.read_text().splitlines() if x.strip()][:per_file]]
 
 
 def probabilities(answers: dict) -> dict[str, dict[str, float]]:
@@ -73,7 +74,7 @@ async def passes(url: str, data: list[dict], n: int) -> list[list[dict]]:
         return [[await ask(client, url, item) for item in data] for _ in range(n)]
 
 
-async def under_load(url: str, data: list[dict], load: int) -> list[list[dict]]:
+async def under_load(url: str, data: list[dict], load: int, mixed: bool) -> list[list[dict]]:
     stop = asyncio.Event()
 
     async def other_traffic(i: int) -> None:
@@ -81,7 +82,7 @@ async def under_load(url: str, data: list[dict], load: int) -> list[list[dict]]:
             for k in itertools.count():
                 if stop.is_set():
                     return
-                if k % 2:
+                if mixed and k % 2:
                     await client.post(url + "/v1/chat/completions", timeout=300, json={
                         "messages": [{"role": "user", "content": f"Say hello to client {i}."}],
                         "max_tokens": 4})
@@ -146,8 +147,11 @@ def report(runs: list[list[dict]], label: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--per-file", type=int, help="only the first N items of each set")
     parser.add_argument("--under-load", action="store_true")
     parser.add_argument("--load", type=int, default=4, help="concurrent background clients")
+    parser.add_argument("--mixed", action="store_true",
+                        help="the background clients send plain chat completions too")
     parser.add_argument("--mechanism", action="store_true")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     parser.add_argument("--proxy-args", default="", help="extra proxy flags, one string")
@@ -158,13 +162,14 @@ def main() -> None:
     if args.mechanism:
         mechanism(args.llama_args.split())
         return
-    data = items()
+    data = items(args.per_file)
     with llama_server(extra=args.llama_args.split()) as llama_url, \
             proxy(llama_url, args.proxy_args.split()) as url:
         if args.under_load:
             print(f"{len(data)} items sent twice while {args.load} other clients send "
-                  f"decisions and chat; proxy flags {args.proxy_args or '(defaults)'}")
-            report(asyncio.run(under_load(url, data, args.load)), "under load,")
+                  f"decisions{' and chat' if args.mixed else ''}; proxy flags "
+                  f"{args.proxy_args or '(defaults)'}")
+            report(asyncio.run(under_load(url, data, args.load, args.mixed)), "under load,")
         else:
             print(f"{len(data)} items of {DATA.relative_to(ROOT)}, {args.passes} passes, one "
                   "request at a time, on a freshly started llama-server and proxy")

@@ -25,7 +25,10 @@ from .upstream import Upstream
 __all__ = ["create_app"]
 
 
-def create_app(settings: Settings, *, upstream: Upstream | None = None) -> web.Application:
+def create_app(settings: Settings, *, upstream: Upstream | None = None,
+               worker: tuple[int, int] = (0, 1)) -> web.Application:
+    """``worker``: (index, count) with ``--workers``: which share of llama-server's slots
+    this process leases to its decisions."""
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=MIDDLEWARES,
@@ -33,7 +36,7 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None) -> web.A
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     app[PROFILES] = ProfileStore(settings.calibration_dir, settings.calibration_profile or None)
-    app.cleanup_ctx.append(_upstream_ctx(upstream))
+    app.cleanup_ctx.append(_upstream_ctx(upstream, worker))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/systemone", system_one)
@@ -48,7 +51,8 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None) -> web.A
     return app
 
 
-def _upstream_ctx(given: Upstream | None) -> Callable[[web.Application], AsyncIterator[None]]:
+def _upstream_ctx(given: Upstream | None, worker: tuple[int, int]
+                  ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         upstream = given or Upstream(app[SETTINGS])
         app[UPSTREAM] = upstream
@@ -60,7 +64,7 @@ def _upstream_ctx(given: Upstream | None) -> Callable[[web.Application], AsyncIt
         app[METRICS].watch(lambda: admission.active, lambda: admission.queued)
         app[SERVICE] = DecisionService(
             upstream, n_probs=settings.n_probs, question_fanout=settings.question_fanout,
-            metrics=app[METRICS], admission=admission,
+            metrics=app[METRICS], admission=admission, worker=worker,
         )
         yield
         if given is None:

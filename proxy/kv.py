@@ -26,9 +26,8 @@ as an unexpected count, and the read starts again from a cold ``S``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["Step", "plan", "after", "common_prefix", "SlotBook", "MAX_SMALL_CHUNK"]
@@ -64,6 +63,8 @@ def plan(holds: Sequence[int] | None, s_len: int, prompt: Sequence[int]) -> list
     n = len(prompt)
     if not 0 < s_len < n:
         raise ValueError("the shared segment must be a proper, non-empty prefix")
+    if holds is not None and len(holds) >= n and tuple(holds[:n]) == tuple(prompt):
+        return [Step(n, True, n - 1, 1)]  # a replay: the common case, one comparison in C
     steps: list[Step] = []
     if holds is None or len(holds) < s_len or list(holds[:s_len]) != list(prompt[:s_len]):
         steps.append(Step(s_len, False, 0, s_len))
@@ -90,11 +91,11 @@ def plan(holds: Sequence[int] | None, s_len: int, prompt: Sequence[int]) -> list
     return steps
 
 
-def after(step: Step, prompt: Sequence[int]) -> list[int]:
-    """What the slot holds once ``step`` has run."""
-    held = list(prompt[:step.length])
+def after(step: Step, prompt: tuple[int, ...]) -> tuple[int, ...]:
+    """What the slot holds once ``step`` has run (``prompt`` itself after the last)."""
+    held = prompt[:step.length]
     if step.junk is not None:
-        held[-1] = step.junk
+        held = (*held[:-1], step.junk)
     return held
 
 
@@ -103,38 +104,65 @@ class SlotBook:
     holds canonically. A lease prefers a free slot that holds the same ``S``, then
     one that holds nothing known, then the one used longest ago."""
 
-    def __init__(self, slots: int):
-        self.holds: list[list[int] | None] = [None] * slots
-        self._free = list(range(slots))
-        self._last_use = [0] * slots
+    def __init__(self, slots: int | list[int]):
+        ids = list(range(slots)) if isinstance(slots, int) else list(slots)
+        self.holds: dict[int, tuple[int, ...] | None] = dict.fromkeys(ids)
+        self._free = ids
+        self._last_use = dict.fromkeys(ids, 0)
         self._uses = 0
-        self._changed = asyncio.Condition()
+        self._waiting: list[asyncio.Future[None]] = []
 
     @property
     def size(self) -> int:
         return len(self.holds)
 
-    def _pick(self, segment: Sequence[int]) -> int:
+    def _pick(self, segment: tuple[int, ...]) -> int:
         def rank(slot: int) -> tuple[int, int]:
             held = self.holds[slot]
-            same = held is not None and held[:len(segment)] == list(segment)
+            same = held is not None and held[:len(segment)] == segment
             return (0 if same else 1 if held is None else 2, self._last_use[slot])
         return min(self._free, key=rank)
 
-    @contextlib.asynccontextmanager
-    async def lease(self, segment: Sequence[int]) -> AsyncIterator[int]:
-        async with self._changed:
-            await self._changed.wait_for(lambda: bool(self._free))
-            slot = self._pick(segment)
-            self._free.remove(slot)
-        try:
-            yield slot
-        except BaseException:
-            self.holds[slot] = None  # a request cut short leaves the slot unknown
-            raise
-        finally:
-            self._uses += 1
-            self._last_use[slot] = self._uses
-            async with self._changed:
-                self._free.append(slot)
-                self._changed.notify()
+    def _wake(self) -> None:
+        for waiter in self._waiting:
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def lease(self, segment: tuple[int, ...]) -> _Lease:
+        """``async with book.lease(segment) as slot:`` a slot for one decision."""
+        return _Lease(self, segment)
+
+
+class _Lease:
+    __slots__ = ("_book", "_segment", "_slot")
+
+    def __init__(self, book: SlotBook, segment: tuple[int, ...]) -> None:
+        self._book, self._segment = book, segment
+
+    async def __aenter__(self) -> int:
+        book = self._book
+        while not book._free:  # every slot leased: wait for one, first come first served
+            waiter = asyncio.get_running_loop().create_future()
+            book._waiting.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    book._wake()  # woken, then cancelled: pass the free slot on
+                raise
+            finally:
+                if waiter in book._waiting:
+                    book._waiting.remove(waiter)
+        self._slot = book._pick(self._segment)
+        book._free.remove(self._slot)
+        return self._slot
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        book, slot = self._book, self._slot
+        if exc_type is not None:
+            book.holds[slot] = None  # a request cut short leaves the slot unknown
+        book._uses += 1
+        book._last_use[slot] = book._uses
+        book._free.append(slot)
+        book._wake()

@@ -77,8 +77,10 @@ class DecisionService:
     def __init__(
         self, upstream: Upstream, *, n_probs: int, question_fanout: int = 1,
         metrics: Metrics | None = None, admission: Admission | None = None,
+        worker: tuple[int, int] = (0, 1),
     ):
         self._upstream = upstream
+        self._worker = worker
         self._admission = admission or Admission(
             max_active=1 << 30, max_queued=0, deadline_s=3600.0, retry_after_s=1
         )
@@ -216,7 +218,7 @@ class DecisionService:
         first: NextToken | None = None
         book = await self._book() if tokens is not None else None
         async with (book.lease(tokens[0][:tokens[1]]) if book is not None
-                    else contextlib.nullcontext()) as slot:
+                    else _NO_LEASE) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:
                     read = await self._upstream.next_token(
@@ -246,9 +248,10 @@ class DecisionService:
                           width: int, grammar: str) -> tuple[NextToken, int]:
         """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
         and the tokens evaluated for it. A slot found changed under the read (llama-server
-        reused other than expected) starts it again from a cold shared segment, once."""
+        reused other than expected) starts it again from a cold shared segment; if that
+        happens twice, the read is made as it comes and counted as unrepeatable."""
         spent = 0
-        for attempt in range(2):
+        for _attempt in range(2):
             steps = plan(book.holds[slot], s_len, prompt)
             for step in steps:
                 sent = after(step, prompt)
@@ -257,19 +260,21 @@ class DecisionService:
                     sent, slot=slot, cache=step.cache, n_probs=width if last else 0,
                     grammar=grammar if last else None)
                 spent += done.read.prompt_evaluated
-                book.holds[slot] = sent
                 if (done.cached, done.read.prompt_evaluated) != (step.cached, step.evaluated):
                     book.holds[slot] = None
-                    log.warning("slot %d held other than recorded (reused %d tokens, expected "
-                                "%d): %s", slot, done.cached, step.cached,
-                                "reading again from a cold start" if attempt == 0 else
-                                "this answer may differ from a replay")
-                    if self._metrics:
-                        self._metrics.unrepeatable_reads.inc()
                     break
+                book.holds[slot] = sent
             else:
                 return done.read, spent
-        return done.read, spent
+        done = await self._upstream.complete(prompt, slot=slot, cache=True, n_probs=width,
+                                             grammar=grammar)
+        book.holds[slot] = None
+        log.warning("llama-server slot %d kept changing under a read (reused %d of %d "
+                    "tokens): this answer may differ from a replay", slot, done.cached,
+                    len(prompt))
+        if self._metrics:
+            self._metrics.unrepeatable_reads.inc()
+        return done.read, spent + done.read.prompt_evaluated
 
     async def _prompt(self, convo: list[dict[str, Any]], block: str,
                       kwargs: Mapping[str, Any]) -> tuple[tuple[int, ...], int] | None:
@@ -300,7 +305,9 @@ class DecisionService:
 
     async def _book(self) -> SlotBook:
         if self._slot_book is None:
-            self._slot_book = SlotBook(await self._total_slots())
+            total = await self._total_slots()
+            if self._slot_book is None:  # the first to get here after the await makes it
+                self._slot_book = SlotBook(worker_slots(total, *self._worker))
         return self._slot_book
 
     async def _labels(
@@ -378,6 +385,17 @@ class DecisionService:
         self._contexts.clear()
         self._token_ids.clear()
         self._assigned.clear()
+
+
+_NO_LEASE = contextlib.nullcontext()
+
+
+def worker_slots(total: int, index: int, workers: int) -> list[int]:
+    """The llama-server slots worker ``index`` of ``workers`` leases: every ``workers``-th
+    from ``index``, so no two workers lease one slot; a worker beyond the slot count
+    shares one (its reads may then meet another worker's: ``semif_unrepeatable_reads``)."""
+    mine = list(range(index, total, workers))
+    return mine or [index % total]
 
 
 def _remember(cache: dict, key: Any, value: Any, limit: int) -> None:

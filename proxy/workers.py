@@ -124,7 +124,7 @@ def _worker(settings: Settings, index: int, sockets: list[str]) -> None:
         max_active_decisions=share(settings.max_active_decisions, n, index, least=1),
         max_queued_decisions=share(settings.max_queued_decisions, n, index),
     )
-    app = create_app(mine)
+    app = create_app(mine, worker=(index, n))
     app[PEERS] = tuple(s for i, s in enumerate(sockets) if i != index)
 
     async def main() -> None:

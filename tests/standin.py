@@ -26,7 +26,13 @@ _GOOD = {
 
 
 class StandIn:
-    def __init__(self) -> None:
+    """``tokens=True``: tokenise any other text one token per character and answer
+    ``/completion`` with a simulated slot cache (what the proxy's repeatable reads
+    use; without it the proxy reads through the chat endpoint, as for images)."""
+
+    def __init__(self, tokens: bool = False) -> None:
+        self.tokens = tokens
+        self._slots: dict[int, list[int]] = {}
         self.mode = "good"
         self.delay_s = 5.0
         self.port = free_port()
@@ -57,6 +63,7 @@ class StandIn:
         app.router.add_post("/apply-template", self._template)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/completion", self._completion)
         runner = web.AppRunner(app, handler_cancellation=True)
         self._loop.run_until_complete(runner.setup())
         self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
@@ -87,12 +94,29 @@ class StandIn:
         base = [2, 198, 1, 520, 9531, 198]
         tail = text[len(_CONTEXT):] if text.startswith(_CONTEXT) else None
         if tail is None:
-            return web.json_response({"tokens": [0] * 3})
+            return web.json_response({"tokens": [ord(c) for c in text] if self.tokens else [0] * 3})
         if tail == "":
             return web.json_response({"tokens": base})
         if len(tail) == 1 and tail.isupper():
             return web.json_response({"tokens": [*base, 49 + ord(tail) - 65]})
         return web.json_response({"tokens": [*base, 7, 7]})
+
+    async def _completion(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        tokens, slot = body["prompt"], body.get("id_slot", 0)
+        held = self._slots.get(slot, []) if body.get("cache_prompt", True) else []
+        reused = 0
+        while reused < min(len(held), len(tokens)) and held[reused] == tokens[reused]:
+            reused += 1
+        reused = min(reused, len(tokens) - 1)  # a whole cached prompt: its last token again
+        self._slots[slot] = list(tokens)
+        answer = {"model": "standin", "timings": {"cache_n": reused,
+                                                  "prompt_n": len(tokens) - reused}}
+        if body.get("n_probs"):
+            self.hits_chat += 1
+            answer["completion_probabilities"] = [
+                {"top_logprobs": _GOOD["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}]
+        return web.json_response(answer)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -122,12 +146,12 @@ class StandIn:
         return web.json_response(_GOOD)
 
 
-if __name__ == "__main__":  # python -m tests.standin: serve in this process until killed
+if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens]: serve until killed
     import signal
     import sys
 
-    standin = StandIn()
-    if len(sys.argv) > 1:
+    standin = StandIn(tokens="--tokens" in sys.argv)
+    if len(sys.argv) > 1 and sys.argv[1].isdigit():
         standin.port = int(sys.argv[1])
         standin.url = f"http://127.0.0.1:{standin.port}"
     with standin:

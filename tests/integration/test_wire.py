@@ -259,6 +259,17 @@ def test_lf_only_line_endings_get_a_prompt_400(proxy_url):
     assert time.monotonic() - started < 2
 
 
+@pytest.mark.parametrize("head, status", [
+    (b"X-Big: " + b"a" * 9000 + b"\r\n", 400),                        # a field over 8190 bytes
+    (b"".join(b"X-H%d: v\r\n" % i for i in range(200)), 400),         # more than 128 fields
+    (b"X-A: " + b"b" * 4000 + b"\r\nX-B: " + b"c" * 5000 + b"\r\n", 200),  # under each cap
+], ids=["long-field", "many-fields", "two-long-fields"])
+def test_aiohttps_header_limits_hold(proxy_url, head, status):
+    request = b"GET /health HTTP/1.1\r\nHost: t\r\n" + head + b"\r\n"
+    line = _reply_within(proxy_url, request, 10).split(b"\r\n")[0]
+    assert line.split(b" ")[1] == b"%d" % status, line  # a parse error answers as HTTP/1.0
+
+
 def test_a_content_length_of_5000_digits_gets_a_prompt_400_and_one_log_line(llama, logs_dir):
     proc, url, log = launch_proxy(logs_dir, llama.url)
     try:

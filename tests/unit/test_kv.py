@@ -3,12 +3,14 @@ and what llama-server must report, for every state its slot can be in."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from proxy.kv import MAX_SMALL_CHUNK, SlotBook, Step, after, plan
 
-S = list(range(100, 110))          # a shared segment of 10 tokens
-Q = list(range(200, 206))          # a question of 6 tokens
+S = tuple(range(100, 110))         # a shared segment of 10 tokens
+Q = tuple(range(200, 206))         # a question of 6 tokens
 P = S + Q                          # 16 tokens
 
 
@@ -16,14 +18,14 @@ P = S + Q                          # 16 tokens
     # nothing known: S cold, the question but its last token as one chunk, the last alone
     (None, [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
     # another state (sharing a header) does not count: S cold again
-    ([100, 101, 999], [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+    ((100, 101, 999), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
     # the same S, another question after it: from the end of S
-    (S + [300, 301], [Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+    (S + (300, 301), [Step(15, True, 10, 5), Step(16, True, 15, 1)]),
     # another question sharing the first two question tokens: from there
-    (S + Q[:2] + [300], [Step(15, True, 12, 3), Step(16, True, 15, 1)]),
+    (S + Q[:2] + (300,), [Step(15, True, 12, 3), Step(16, True, 15, 1)]),
     # the whole prompt known (a replay): only the last token, again
     (P, [Step(16, True, 15, 1)]),
-    (P + [7, 8], [Step(16, True, 15, 1)]),
+    (P + (7, 8), [Step(16, True, 15, 1)]),
     # all but the last token known: the last one alone
     (P[:15], [Step(16, True, 15, 1)]),
     # all but two known: a one-token chunk would take another kernel, so the slot drops
@@ -35,7 +37,7 @@ def test_plan(holds, steps):
 
 
 def test_a_long_question_goes_in_chunks_of_2_to_63_tokens():
-    question = list(range(1000, 1000 + 130))  # 129 rows before the last
+    question = tuple(range(1000, 1000 + 130))  # 129 rows before the last
     steps = plan(None, len(S), S + question)
     chunks = [s.evaluated for s in steps[1:-1]]
     assert chunks == [43, 43, 43] and max(chunks) <= MAX_SMALL_CHUNK
@@ -43,16 +45,16 @@ def test_a_long_question_goes_in_chunks_of_2_to_63_tokens():
 
 
 def test_a_two_token_question_reads_its_first_token_alone_every_time():
-    prompt = S + [1, 2]
+    prompt = S + (1, 2)
     assert plan(None, len(S), prompt) == [Step(10, False, 0, 10), Step(11, True, 10, 1),
                                           Step(12, True, 11, 1)]
-    assert plan(S + [9], len(S), prompt) == [Step(11, True, 10, 1), Step(12, True, 11, 1)]
+    assert plan(S + (9,), len(S), prompt) == [Step(11, True, 10, 1), Step(12, True, 11, 1)]
 
 
 def test_the_junk_token_differs_from_the_one_it_replaces():
-    prompt = S + [5, 0, 6, 7]  # the token the slot must drop is 0
+    prompt = S + (5, 0, 6, 7)  # the token the slot must drop is 0
     step = plan(prompt[:12], len(S), prompt)[0]
-    assert step == Step(12, True, 11, 1, junk=1) and after(step, prompt) == S + [5, 1]
+    assert step == Step(12, True, 11, 1, junk=1) and after(step, prompt) == S + (5, 1)
 
 
 @pytest.mark.parametrize("bad", [0, 16, 20])
@@ -63,20 +65,51 @@ def test_the_shared_segment_must_be_a_proper_prefix(bad):
 
 async def test_a_lease_prefers_the_slot_that_holds_the_same_segment_then_an_unknown_one():
     book = SlotBook(3)
-    book.holds = [[1, 2, 3], None, [100, 101, 102, 7]]
-    async with book.lease([100, 101]) as slot:
+    book.holds = {0: (1, 2, 3), 1: None, 2: (100, 101, 102, 7)}
+    async with book.lease((100, 101)) as slot:
         assert slot == 2
-    async with book.lease([5]) as slot:
+    async with book.lease((5,)) as slot:
         assert slot == 1  # unknown beats holding something else
-    async with book.lease([1, 2]) as first:
-        async with book.lease([1, 2]) as second:
+    async with book.lease((1, 2)) as first:
+        async with book.lease((1, 2)) as second:
             assert (first, second) == (0, 1)  # the preferred one is taken
 
 
 async def test_a_lease_cut_short_forgets_what_the_slot_holds():
     book = SlotBook(1)
-    book.holds = [[1, 2]]
+    book.holds = {0: (1, 2)}
     with pytest.raises(RuntimeError):
-        async with book.lease([1]):
+        async with book.lease((1,)):
             raise RuntimeError("upstream failed mid-read")
-    assert book.holds == [None]
+    assert book.holds == {0: None}
+
+
+async def test_a_lease_waits_for_a_free_slot_first_come_first_served():
+    book = SlotBook(1)
+    order = []
+
+    async def decision(name: str) -> None:
+        async with book.lease(()) as slot:
+            order.append((name, slot))
+            await asyncio.sleep(0)
+
+    await asyncio.gather(decision("a"), decision("b"), decision("c"))
+    assert order == [("a", 0), ("b", 0), ("c", 0)] and book._free == [0]
+
+
+async def test_a_waiter_cancelled_after_its_wake_up_passes_the_slot_on():
+    book = SlotBook(1)
+    held = book.lease(())
+    await held.__aenter__()
+    second = asyncio.create_task(book.lease(()).__aenter__())
+    third = asyncio.create_task(book.lease(()).__aenter__())
+    await asyncio.sleep(0)
+    await held.__aexit__(None, None, None)  # wakes the second ...
+    second.cancel()  # ... which is cancelled before it runs
+    assert await asyncio.wait_for(third, 1) == 0
+
+
+async def test_a_book_of_some_slots_leases_only_those():
+    book = SlotBook([1, 3])
+    async with book.lease(()) as first, book.lease(()) as second:
+        assert {first, second} == {1, 3}

@@ -1,5 +1,6 @@
 """The decision service with a recorded upstream: labels, widening, exactness."""
 
+import asyncio
 import math
 
 import pytest
@@ -163,3 +164,35 @@ async def test_very_long_option_layouts_are_not_remembered():
     for options in (["x", "y"], ["x" * 9000, "y"]):
         await service.decide([{"role": "user", "content": "q"}], choice_question(options))
     assert [key[2][0][:3] for key in service._layouts] == ["x"]
+
+
+class MeddledUpstream(RecordedUpstream):
+    """Another client empties the slot before every request the proxy sends."""
+
+    async def complete(self, tokens, *, slot, cache, n_probs=0, grammar=None):
+        self.slots[slot] = []
+        return await super().complete(tokens, slot=slot, cache=cache, n_probs=n_probs,
+                                      grammar=grammar)
+
+
+async def test_a_slot_that_keeps_changing_still_gets_its_read_and_it_is_counted():
+    from proxy.metrics import Metrics
+
+    up, metrics = MeddledUpstream([{49: -1.0, 51: -2.0}]), Metrics()
+    service = DecisionService(up, n_probs=8, metrics=metrics)
+    out = await service.decide([{"role": "user", "content": "q"}], choice_question(["x", "y"]))
+    assert out.labels == ("A", "C") and out.reads == 1
+    assert metrics.unrepeatable_reads._value.get() == 1
+    # two plans cut short after their cold segment, then one read as it comes
+    assert [cache for _, _, cache, _, _ in up.requests] == [False, True, False, True, True]
+
+
+async def test_concurrent_first_decisions_share_one_slot_book():
+    up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 8)
+    service = DecisionService(up, n_probs=8)
+    question = choice_question(["x", "y"])
+    outs = await asyncio.gather(*(service.decide([{"role": "user", "content": f"q{i}"}], question)
+                                  for i in range(8)))
+    assert len(outs) == 8
+    # no request found its slot other than the book said: no read started again
+    assert [cache for _, _, cache, _, _ in up.requests].count(False) == 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.metrics import Metrics, merged
+from proxy.service import worker_slots
 from proxy.workers import share
 
 
@@ -95,3 +96,13 @@ def test_two_workers_count_as_two_processes():
     one, two = Metrics(), Metrics()
     total = merged([one.render().decode(), two.render().decode()]).decode()
     assert "\nsemif_worker_processes 2.0\n" in total
+
+
+@pytest.mark.parametrize("total, workers, slots", [
+    (4, 1, [[0, 1, 2, 3]]),
+    (4, 2, [[0, 2], [1, 3]]),
+    (4, 3, [[0, 3], [1], [2]]),
+    (2, 3, [[0], [1], [0]]),  # more workers than slots: the third shares slot 0
+])
+def test_workers_lease_disjoint_slots_while_there_are_enough(total, workers, slots):
+    assert [worker_slots(total, i, workers) for i in range(workers)] == slots
