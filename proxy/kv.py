@@ -26,13 +26,24 @@ as an unexpected count, and the read starts again from a cold ``S``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-__all__ = ["Step", "plan", "after", "common_prefix", "SlotBook", "MAX_SMALL_CHUNK"]
+__all__ = ["Step", "Held", "plan", "after", "common_prefix", "SlotBook", "MAX_SMALL_CHUNK"]
 
 MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+
+
+class Held(NamedTuple):
+    """What a slot holds canonically: the tokens, and the length of the shared segment
+    they were evaluated with (the rows of two segments of different lengths went
+    through different kernels even where their tokens agree)."""
+
+    tokens: tuple[int, ...]
+    s_len: int
 
 
 @dataclass(frozen=True)
@@ -56,27 +67,30 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def plan(holds: Sequence[int] | None, s_len: int, prompt: Sequence[int]) -> list[Step]:
+def plan(holds: Held | None, s_len: int, prompt: tuple[int, ...]) -> list[Step]:
     """The requests that leave the slot holding ``prompt`` evaluated canonically, the
     last one reading the next token. ``holds``: what the slot holds canonically (this
     process's record), ``None`` when unknown. ``s_len``: the length of ``S``."""
     n = len(prompt)
     if not 0 < s_len < n:
         raise ValueError("the shared segment must be a proper, non-empty prefix")
-    if holds is not None and len(holds) >= n and tuple(holds[:n]) == tuple(prompt):
-        return [Step(n, True, n - 1, 1)]  # a replay: the common case, one comparison in C
+    same_segment = (holds is not None and holds.s_len == s_len
+                    and holds.tokens[:s_len] == prompt[:s_len])
+    if same_segment and holds.tokens[:n] == prompt:
+        return [Step(n, True, n - 1, 1)]  # a replay: the common case
     steps: list[Step] = []
-    if holds is None or len(holds) < s_len or list(holds[:s_len]) != list(prompt[:s_len]):
+    if not same_segment:
         steps.append(Step(s_len, False, 0, s_len))
         held = s_len
     else:
-        held = min(common_prefix(holds, prompt), n)
+        held = min(common_prefix(holds.tokens, prompt), n)
     target = n - 1  # every row but the last
     if held >= target:
         return [*steps, Step(n, True, n - 1, 1)]
     if target - held == 1 and held > s_len:
         # a one-token chunk would take another kernel: start the chunk a token earlier,
-        # after making the slot drop that token (a different token in its place)
+        # after making the slot drop that token (a different token in its place). (A
+        # question of two tokens has its first read alone every time: never a choice.)
         held -= 1
         other = 0 if prompt[held] != 0 else 1
         steps.append(Step(held + 1, True, held, 1, junk=other))
@@ -101,33 +115,45 @@ def after(step: Step, prompt: tuple[int, ...]) -> tuple[int, ...]:
 
 class SlotBook:
     """llama-server's slots, each leased to one decision at a time, with what each
-    holds canonically. A lease prefers a free slot that holds the same ``S``, then
-    one that holds nothing known, then the one used longest ago."""
+    holds canonically. A free slot is chosen by preference: one that holds the same
+    ``S``, then one that holds nothing known, then the one used longest ago. When
+    every slot is leased, decisions wait in arrival order and each freed slot goes
+    to the first of them."""
 
     def __init__(self, slots: int | list[int]):
         ids = list(range(slots)) if isinstance(slots, int) else list(slots)
-        self.holds: dict[int, tuple[int, ...] | None] = dict.fromkeys(ids)
+        self.holds: dict[int, Held | None] = dict.fromkeys(ids)
         self._free = ids
         self._last_use = dict.fromkeys(ids, 0)
         self._uses = 0
-        self._waiting: list[asyncio.Future[None]] = []
+        self._waiting: collections.deque[asyncio.Future[int]] = collections.deque()
 
     @property
     def size(self) -> int:
         return len(self.holds)
 
+    def forget(self) -> None:
+        """Another model or server answers: nothing held is known any more."""
+        for slot in self.holds:
+            self.holds[slot] = None
+
     def _pick(self, segment: tuple[int, ...]) -> int:
         def rank(slot: int) -> tuple[int, int]:
             held = self.holds[slot]
-            same = held is not None and held[:len(segment)] == segment
+            same = (held is not None and held.s_len == len(segment)
+                    and held.tokens[:len(segment)] == segment)
             return (0 if same else 1 if held is None else 2, self._last_use[slot])
         return min(self._free, key=rank)
 
-    def _wake(self) -> None:
-        for waiter in self._waiting:
+    def _release(self, slot: int) -> None:
+        self._uses += 1
+        self._last_use[slot] = self._uses
+        while self._waiting:
+            waiter = self._waiting.popleft()
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(slot)  # straight to the first in line
                 return
+        self._free.append(slot)
 
     def lease(self, segment: tuple[int, ...]) -> _Lease:
         """``async with book.lease(segment) as slot:`` a slot for one decision."""
@@ -142,27 +168,21 @@ class _Lease:
 
     async def __aenter__(self) -> int:
         book = self._book
-        while not book._free:  # every slot leased: wait for one, first come first served
-            waiter = asyncio.get_running_loop().create_future()
-            book._waiting.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    book._wake()  # woken, then cancelled: pass the free slot on
-                raise
-            finally:
-                if waiter in book._waiting:
-                    book._waiting.remove(waiter)
-        self._slot = book._pick(self._segment)
-        book._free.remove(self._slot)
+        if book._free and not book._waiting:
+            self._slot = book._pick(self._segment)
+            book._free.remove(self._slot)
+            return self._slot
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        book._waiting.append(waiter)
+        try:
+            self._slot = await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                book._release(waiter.result())  # handed a slot, then cancelled: pass it on
+            raise
         return self._slot
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
-        book, slot = self._book, self._slot
         if exc_type is not None:
-            book.holds[slot] = None  # a request cut short leaves the slot unknown
-        book._uses += 1
-        book._last_use[slot] = book._uses
-        book._free.append(slot)
-        book._wake()
+            self._book.holds[self._slot] = None  # a request cut short: the slot is unknown
+        self._book._release(self._slot)

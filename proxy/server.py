@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -51,11 +52,15 @@ class Server:
 
 
 async def serve(app: web.Application, settings: Settings, *, reuse_port: bool = False,
-                beside: web.AppRunner | None = None) -> None:
+                beside: web.AppRunner | None = None,
+                on_ready: Callable[[], object] | None = None) -> None:
     """Serve until SIGINT or SIGTERM, then drain (see ``Server.close``). ``beside`` is
-    a runner already set up (a worker's private metrics socket), cleaned up last."""
+    a runner already set up (a worker's private metrics socket), cleaned up last;
+    ``on_ready`` is called once the port is listening."""
     server = Server(app, settings, reuse_port=reuse_port)
     await server.start()
+    if on_ready is not None:
+        on_ready()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

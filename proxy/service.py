@@ -11,7 +11,6 @@ is known. Nothing is guessed: a label missing from the widest read is an error.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -39,7 +38,7 @@ from .decision.outcome import Outcome
 from .decision.readout import decide
 from .admission import Admission
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import SlotBook, after, common_prefix, plan
+from .kv import Held, SlotBook, after, common_prefix, plan
 from .metrics import Metrics, after_reply
 from .upstream import ModelInfo, NextToken, Upstream
 
@@ -216,13 +215,14 @@ class DecisionService:
         tokens = await self._prompt(convo, block, kwargs) if _text_only(convo) else None
         evaluated = reads = 0
         first: NextToken | None = None
-        book = await self._book() if tokens is not None else None
-        async with (book.lease(tokens[0][:tokens[1]]) if book is not None
-                    else _NO_LEASE) as slot:
+        book = await self._book()
+        async with book.lease(tokens[0][:tokens[1]] if tokens is not None else ()) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
-                if tokens is None:
+                if tokens is None:  # pinned too, so that it cannot land in a leased slot
+                    book.holds[slot] = None
                     read = await self._upstream.next_token(
-                        convo, labels_grammar=grammar, n_probs=width, template_kwargs=kwargs)
+                        convo, labels_grammar=grammar, n_probs=width, template_kwargs=kwargs,
+                        slot=slot)
                     spent = read.prompt_evaluated
                 else:
                     read, spent = await self._repeatable(book, slot, *tokens, width, grammar)
@@ -263,7 +263,7 @@ class DecisionService:
                 if (done.cached, done.read.prompt_evaluated) != (step.cached, step.evaluated):
                     book.holds[slot] = None
                     break
-                book.holds[slot] = sent
+                book.holds[slot] = Held(sent, s_len)
             else:
                 return done.read, spent
         done = await self._upstream.complete(prompt, slot=slot, cache=True, n_probs=width,
@@ -293,7 +293,8 @@ class DecisionService:
         segment = self._segments.get(rendered[:at])
         if segment is None:
             segment = tuple(await self._upstream.tokenize(rendered[:at], special=True))
-            _remember(self._segments, rendered[:at], segment, _MAX_SEGMENTS)
+            if at <= _MAX_PROMPT_KEY:  # callers choose the text: bounded
+                _remember(self._segments, rendered[:at], segment, _MAX_SEGMENTS)
         tokens = tuple(await self._upstream.tokenize(rendered, special=True))
         shared = common_prefix(segment, tokens)
         if not 0 < shared < len(tokens):
@@ -379,15 +380,14 @@ class DecisionService:
         return layout
 
     def _forget(self) -> None:
-        self._info = self._slots = self._slot_book = None
+        self._info = self._slots = None
+        if self._slot_book is not None:  # kept: decisions in flight hold its leases
+            self._slot_book.forget()
         self._prompts.clear()
         self._segments.clear()
         self._contexts.clear()
         self._token_ids.clear()
         self._assigned.clear()
-
-
-_NO_LEASE = contextlib.nullcontext()
 
 
 def worker_slots(total: int, index: int, workers: int) -> list[int]:

@@ -144,9 +144,10 @@ class Upstream:
 
     async def next_token(
         self, messages: list[dict[str, Any]], *, labels_grammar: str, n_probs: int,
-        template_kwargs: Mapping[str, Any] | None,
+        template_kwargs: Mapping[str, Any] | None, slot: int | None = None,
     ) -> NextToken:
-        """One grammar-constrained greedy token with the top ``n_probs`` log-probabilities."""
+        """One grammar-constrained greedy token with the top ``n_probs`` log-probabilities
+        (in llama-server slot ``slot``, when given)."""
         body: dict[str, Any] = {
             "messages": messages,
             "max_tokens": 1,
@@ -157,6 +158,8 @@ class Upstream:
             "cache_prompt": True,
             "chat_template_kwargs": dict(template_kwargs or {}),
         }
+        if slot is not None:
+            body["id_slot"] = slot
         data = await self._request_json("POST", "/v1/chat/completions", body)
         try:
             first = data["choices"][0]["logprobs"]["content"][0]

@@ -19,9 +19,15 @@ and answers the sum (``metrics.merged``), so the port shows the whole proxy
 whichever worker answers. ``semif_worker_processes`` says how many answered.
 
 The parent only starts the workers (``multiprocessing``, spawned), starts a
-worker again when one dies after it was serving, stops everything when one dies
-at start (a port in use, say: exit 1), and on SIGTERM or SIGINT passes SIGTERM
-on and waits for the workers to drain.
+worker again when one dies after it has served (at once; after a back-off of 1 to
+30 s while it keeps dying before it is ready), stops everything when a worker
+dies before it was ever ready (a port in use, say: exit 1), and on SIGTERM or
+SIGINT passes SIGTERM on and waits for the workers to drain.
+
+A worker's counts start again from zero when it is started again: the summed
+counters then go down, which Prometheus reads as a counter reset, so ``rate()``
+over a window that holds a worker's restart overstates. A scrape while a worker
+does not answer gets 503 rather than a partial sum.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from .config import Settings
 __all__ = ["run", "share", "peer_metrics"]
 
 log = logging.getLogger("proxy")
-_STEADY_S = 5.0  # a worker that dies sooner after its start is not started again
+_BACKOFF_S = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # by deaths in a row before ready again
 _PEER_TIMEOUT_S = 2.0
 
 
@@ -73,35 +79,51 @@ def run(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    ready = [context.Event() for _ in range(n)]
+
     def start(i: int) -> multiprocessing.process.BaseProcess:
-        proc = context.Process(target=_worker, args=(settings, i, sockets), name=f"worker-{i}")
+        ready[i].clear()
+        proc = context.Process(target=_worker, args=(settings, i, sockets, ready[i]),
+                               name=f"worker-{i}")
         proc.start()
         return proc
 
-    procs = [start(i) for i in range(n)]
-    since = [time.monotonic()] * n
+    procs: list[multiprocessing.process.BaseProcess | None] = [start(i) for i in range(n)]
+    served = [False] * n     # whether worker i has ever been ready
+    failures = [0] * n       # deaths in a row before it was ready again
+    restart_at: dict[int, float] = {}
     code = 0
     try:
         while not stopping:
-            ended = multiprocessing.connection.wait([p.sentinel for p in procs], timeout=0.5)
+            alive = [p.sentinel for p in procs if p is not None]
+            ended = multiprocessing.connection.wait(alive, timeout=0.5) if alive else []
             for i, proc in enumerate(procs):
-                if proc.sentinel not in ended or stopping:
+                if proc is None or proc.sentinel not in ended or stopping:
                     continue
                 proc.join()
-                if time.monotonic() - since[i] < _STEADY_S:
-                    log.error("worker %d exited with %s within %g s of its start: stopping",
-                              i, proc.exitcode, _STEADY_S)
+                was_ready = ready[i].is_set()
+                served[i] = served[i] or was_ready
+                if not served[i]:  # never served: a port in use, a bad setting
+                    log.error("worker %d exited with %s before it was ready: stopping",
+                              i, proc.exitcode)
                     stopping, code = True, 1
                     break
-                log.warning("worker %d (pid %s) exited with %s: starting it again",
-                            i, proc.pid, proc.exitcode)
-                procs[i], since[i] = start(i), time.monotonic()
+                failures[i] = 0 if was_ready else failures[i] + 1
+                delay = _BACKOFF_S[min(failures[i], len(_BACKOFF_S) - 1)]
+                log.warning("worker %d (pid %s) exited with %s: starting it again in %g s",
+                            i, proc.pid, proc.exitcode, delay)
+                procs[i], restart_at[i] = None, time.monotonic() + delay
+            for i, when in list(restart_at.items()):
+                if not stopping and time.monotonic() >= when:
+                    del restart_at[i]
+                    procs[i] = start(i)
     finally:
-        for proc in procs:
+        running = [proc for proc in procs if proc is not None]
+        for proc in running:
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + settings.shutdown_timeout_s + 5
-        for proc in procs:
+        for proc in running:
             proc.join(max(0.0, deadline - time.monotonic()))
             if proc.is_alive():
                 proc.kill()
@@ -110,7 +132,7 @@ def run(settings: Settings) -> int:
     return code
 
 
-def _worker(settings: Settings, index: int, sockets: list[str]) -> None:
+def _worker(settings: Settings, index: int, sockets: list[str], ready) -> None:
     from .app import create_app
     from .app_keys import METRICS, PEERS
     from .logs import setup_logging
@@ -139,7 +161,7 @@ def _worker(settings: Settings, index: int, sockets: list[str]) -> None:
         await web.UnixSite(runner, sockets[index]).start()
         log.info("worker %d of %d (pid %d): %d decisions at once, %d queued", index, n,
                  os.getpid(), mine.max_active_decisions, mine.max_queued_decisions)
-        await serve(app, mine, reuse_port=True, beside=runner)
+        await serve(app, mine, reuse_port=True, beside=runner, on_ready=ready.set)
 
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main())
@@ -166,4 +188,7 @@ async def peer_metrics(sockets: tuple[str, ...]) -> list[str]:
 def _die_with_parent() -> None:
     """A worker gets SIGTERM when the parent dies, whatever killed it (Linux)."""
     if sys.platform.startswith("linux"):
+        parent = os.getppid()
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before the call: nobody would tell us
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -32,7 +32,11 @@ async def metrics(request: web.Request) -> web.Response:
     body = request.app[METRICS].render()
     peers = request.app.get(PEERS)
     if peers:
-        body = merged([body.decode(), *await peer_metrics(peers)])
+        others = await peer_metrics(peers)
+        if len(others) < len(peers):  # a partial sum would read as a counter reset
+            return json_response({"error": f"{len(peers) - len(others)} of {len(peers) + 1} "
+                                  "workers did not report their metrics; scrape again"}, 503)
+        body = merged([body.decode(), *others])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -7,30 +7,37 @@ import asyncio
 
 import pytest
 
-from proxy.kv import MAX_SMALL_CHUNK, SlotBook, Step, after, plan
+from proxy.kv import MAX_SMALL_CHUNK, Held, SlotBook, Step, after, plan
 
 S = tuple(range(100, 110))         # a shared segment of 10 tokens
 Q = tuple(range(200, 206))         # a question of 6 tokens
 P = S + Q                          # 16 tokens
 
 
+def _h(tokens, s_len=len(S)):
+    return Held(tuple(tokens), s_len)
+
+
 @pytest.mark.parametrize("holds, steps", [
     # nothing known: S cold, the question but its last token as one chunk, the last alone
     (None, [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
     # another state (sharing a header) does not count: S cold again
-    ((100, 101, 999), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+    (_h((100, 101, 999)), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+    # the same tokens held with another segment length went through other kernels: cold
+    (_h(P, s_len=12), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+    (_h(S + Q, s_len=8), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
     # the same S, another question after it: from the end of S
-    (S + (300, 301), [Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+    (_h(S + (300, 301)), [Step(15, True, 10, 5), Step(16, True, 15, 1)]),
     # another question sharing the first two question tokens: from there
-    (S + Q[:2] + (300,), [Step(15, True, 12, 3), Step(16, True, 15, 1)]),
+    (_h(S + Q[:2] + (300,)), [Step(15, True, 12, 3), Step(16, True, 15, 1)]),
     # the whole prompt known (a replay): only the last token, again
-    (P, [Step(16, True, 15, 1)]),
-    (P + (7, 8), [Step(16, True, 15, 1)]),
+    (_h(P), [Step(16, True, 15, 1)]),
+    (_h(P + (7, 8)), [Step(16, True, 15, 1)]),
     # all but the last token known: the last one alone
-    (P[:15], [Step(16, True, 15, 1)]),
+    (_h(P[:15]), [Step(16, True, 15, 1)]),
     # all but two known: a one-token chunk would take another kernel, so the slot drops
     # one more token (a junk token in its place) and the chunk is two long
-    (P[:14], [Step(14, True, 13, 1, junk=0), Step(15, True, 13, 2), Step(16, True, 15, 1)]),
+    (_h(P[:14]), [Step(14, True, 13, 1, junk=0), Step(15, True, 13, 2), Step(16, True, 15, 1)]),
 ])
 def test_plan(holds, steps):
     assert plan(holds, len(S), P) == steps
@@ -48,12 +55,12 @@ def test_a_two_token_question_reads_its_first_token_alone_every_time():
     prompt = S + (1, 2)
     assert plan(None, len(S), prompt) == [Step(10, False, 0, 10), Step(11, True, 10, 1),
                                           Step(12, True, 11, 1)]
-    assert plan(S + (9,), len(S), prompt) == [Step(11, True, 10, 1), Step(12, True, 11, 1)]
+    assert plan(_h(S + (9,)), len(S), prompt) == [Step(11, True, 10, 1), Step(12, True, 11, 1)]
 
 
 def test_the_junk_token_differs_from_the_one_it_replaces():
     prompt = S + (5, 0, 6, 7)  # the token the slot must drop is 0
-    step = plan(prompt[:12], len(S), prompt)[0]
+    step = plan(_h(prompt[:12]), len(S), prompt)[0]
     assert step == Step(12, True, 11, 1, junk=1) and after(step, prompt) == S + (5, 1)
 
 
@@ -65,7 +72,7 @@ def test_the_shared_segment_must_be_a_proper_prefix(bad):
 
 async def test_a_lease_prefers_the_slot_that_holds_the_same_segment_then_an_unknown_one():
     book = SlotBook(3)
-    book.holds = {0: (1, 2, 3), 1: None, 2: (100, 101, 102, 7)}
+    book.holds = {0: Held((1, 2, 3), 2), 1: None, 2: Held((100, 101, 102, 7), 2)}
     async with book.lease((100, 101)) as slot:
         assert slot == 2
     async with book.lease((5,)) as slot:
@@ -77,11 +84,25 @@ async def test_a_lease_prefers_the_slot_that_holds_the_same_segment_then_an_unkn
 
 async def test_a_lease_cut_short_forgets_what_the_slot_holds():
     book = SlotBook(1)
-    book.holds = {0: (1, 2)}
+    book.holds = {0: Held((1, 2), 1)}
     with pytest.raises(RuntimeError):
         async with book.lease((1,)):
             raise RuntimeError("upstream failed mid-read")
     assert book.holds == {0: None}
+
+
+async def test_a_freed_slot_goes_to_the_first_waiter_not_to_a_newcomer():
+    book = SlotBook(1)
+    first = book.lease(())
+    await first.__aenter__()
+    waiter = asyncio.create_task(book.lease(()).__aenter__())
+    await asyncio.sleep(0)
+    await first.__aexit__(None, None, None)
+    newcomer = asyncio.create_task(book.lease(()).__aenter__())  # before the waiter runs
+    assert await waiter == 0
+    await asyncio.sleep(0)
+    assert not newcomer.done()  # it waits its turn
+    newcomer.cancel()
 
 
 async def test_a_lease_waits_for_a_free_slot_first_come_first_served():

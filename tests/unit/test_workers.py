@@ -106,3 +106,20 @@ def test_two_workers_count_as_two_processes():
 ])
 def test_workers_lease_disjoint_slots_while_there_are_enough(total, workers, slots):
     assert [worker_slots(total, i, workers) for i in range(workers)] == slots
+
+
+async def test_a_scrape_while_a_worker_does_not_answer_is_503_not_a_partial_sum(tmp_path):
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from proxy.app_keys import METRICS, PEERS
+    from proxy.routes.meta import metrics
+
+    app = web.Application()
+    app[METRICS] = Metrics()
+    app[PEERS] = (str(tmp_path / "worker-1.sock"),)  # nobody listens there
+    app.router.add_get("/metrics", metrics)
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/metrics")
+        assert resp.status == 503
+        assert "1 of 2 workers did not report" in (await resp.json())["error"]
