@@ -130,11 +130,14 @@ def mechanism(llama_args: list[str]) -> None:
             warm = read(url, tokens, True)
             chunks = []
             for k in suffixes:  # the prefix cached, then k tokens in one chunk
+                if k >= len(tokens):
+                    chunks.append(None)
+                    continue
                 erase()
                 read(url, tokens[:-k], True)
                 chunks.append(read(url, tokens, True))
             print(f"  {len(tokens):7d}{dp(cold, again):12.1e}{dp(cold, warm):10.1e}" +
-                  "".join(f"{dp(cold, c):12.1e}" for c in chunks))
+                  "".join(f"{dp(cold, c):12.1e}" if c else f"{'-':>12}" for c in chunks))
 
 
 def report(runs: list[list[dict]], label: str) -> None:
