@@ -132,6 +132,7 @@ def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
             answer["x_calibration"] = outcome.calibration
             answer["x_route"] = outcome.route
         answer["x_prompt_format_version"] = PROMPT_FORMAT_VERSION
+        answer["x_prompt_tokens"] = outcome.prompt_tokens  # what a replay must tokenise to
         answers[qid] = answer
     return {
         "model": model,
