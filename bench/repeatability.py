@@ -49,8 +49,13 @@ def probabilities(answers: dict) -> dict[str, dict[str, float]]:
 
 
 async def ask(client: httpx.AsyncClient, url: str, item: dict) -> dict:
-    resp = await client.post(url + "/v1/systemone", timeout=300,
-                             json={"state": item["state"], "questions": item["questions"]})
+    """The item's answers; a 429 is retried after its Retry-After, as a client should."""
+    while True:
+        resp = await client.post(url + "/v1/systemone", timeout=300,
+                                 json={"state": item["state"], "questions": item["questions"]})
+        if resp.status_code != 429:
+            break
+        await asyncio.sleep(float(resp.headers.get("Retry-After", "1")))
     resp.raise_for_status()
     return probabilities(resp.json()["answers"])
 
