@@ -4,8 +4,9 @@ straight to llama-server, interleaved in one run, at concurrency 1 and 8.
     .venv/bin/python bench/overhead.py [--starts 3] [--requests 1800] [--rounds 12] [--pause-ms 0]
                                        [--pin]
 
-``--pin``: llama-server on core 1, everything else (proxy, relay, this client) on
-core 0, so the hop and the model do not share a core.
+``--pin``: llama-server on core 1 (with ``-t 1 -tb 1``: two threads on one core
+spin-wait on each other), everything else (proxy, relay, this client) on core 0,
+so the hop and the model do not share a core.
 
 Prints p50/p99 latency and throughput for each target and the ratios to direct,
 each ratio with a 95% interval for the noise between rounds and the range over
@@ -222,6 +223,8 @@ def main() -> None:
 def once(llama_args: list[str], requests: int, rounds: int, pause_s: float, pinned: bool = False
          ) -> dict[int, dict[str, list]]:
     """Every target's rounds at concurrency 1 and 8, on servers started for this."""
+    if pinned:
+        llama_args = [*llama_args, "-t", "1", "-tb", "1"]
     with llama_server_process(extra=llama_args) as (llama_url, llama), \
             proxy_process(llama_url) as (proxy_url, hop):
         labels = asyncio.run(decision_labels(proxy_url))
