@@ -6,8 +6,9 @@ same one-token read sent straight to llama-server, with an asyncio client.
 
 Scenarios: ``systemone`` (one-question System One requests, states taken in
 turn from tests/data/tickets.jsonl), ``semif`` (a chat completion with
-``semif``), ``direct`` (the exact one-token read the proxy sends for that
-``semif`` request, straight to llama-server) and ``chat`` (plain chat relayed
+``semif``), ``direct`` (the same one-token read for that ``semif`` request,
+straight to llama-server's chat endpoint; the proxy itself reads through
+``/completion``: bench/overhead.py compares both) and ``chat`` (plain chat relayed
 untouched, ``max_tokens`` 8). Each reports throughput, p50/p95/p99 of the
 successful requests, answers by status, errors (any other status than 200 and
 429, and client-side failures), 429s (the proxy's backpressure) on their own,

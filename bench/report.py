@@ -25,7 +25,7 @@ BENCH = Path(__file__).resolve().parent
 OUT = BENCH / "out"
 PLOT = BENCH / "latency_vs_concurrency.png"
 SCENARIOS = {"systemone": "System One, 1 question", "semif": "chat + semif (proxy)",
-             "direct": "same read, direct to llama-server", "chat": "plain chat, max_tokens 8"}
+             "direct": "same read, llama-server's chat endpoint", "chat": "plain chat, max_tokens 8"}
 
 
 def _read(name: str) -> dict | None:
@@ -78,7 +78,9 @@ def _load(load: dict) -> list[str]:
             f" {rss['end'] / 1024:.1f} MB at the end. Latencies are of status-200 answers;"
             " errors count every other status but 429 (its own column), and client-side"
             " failures. `semif` and `direct` send one identical prompt, which llama-server's"
-            " prompt cache serves after the first time; System One sends the states of"
+            " prompt cache serves after the first time (the proxy reads it through"
+            " `/completion` with its tokens, `direct` through the chat endpoint, which"
+            " renders the template on every call); System One sends the states of"
             " tests/data/tickets.jsonl in turn, so it pays prompt evaluation.", "",
             "### Proxy vs direct llama-server, the same one-token read", "",
             *_table(["concurrency", "p50 proxy/direct", "p99 proxy/direct",
