@@ -28,16 +28,18 @@ _SMOOTHING = 0.2   # weight of the newest decision in the moving average of deci
 _HEADROOM = 0.8    # admit only what the estimate finishes within this share of the deadline
 
 
-def estimated_finish_s(queued: int, active: int, max_active: int, decision_s: float) -> float:
-    """Seconds until a request arriving now would be answered, in a FIFO queue served by
-    ``max_active`` slots at ``decision_s`` each: with a slot free, ``decision_s``;
-    otherwise it waits for ``queued + 1`` slots to come free, ``max_active`` per
-    round of ``decision_s``, ``ceil((queued + 1) / max_active) * decision_s``, then
-    takes ``decision_s`` (whole rounds: exact when decisions start together, as in
-    a burst, and on the safe side otherwise)."""
-    if active < max_active:
+def estimated_finish_s(queued: int, active: int, parallel: int, decision_s: float) -> float:
+    """Seconds until a request arriving now would be answered, in a FIFO queue served
+    ``parallel`` at a time at ``decision_s`` each. ``active`` admitted decisions beyond
+    ``parallel`` (waiting for a llama-server slot) wait like the ``queued`` ones. With
+    one free, ``decision_s``; otherwise it waits for ``waiting + 1`` turns, ``parallel``
+    per round of ``decision_s``, ``ceil((waiting + 1) / parallel) * decision_s``, then
+    takes ``decision_s`` (whole rounds: exact when decisions start together, as in a
+    burst, and on the safe side otherwise)."""
+    if active < parallel:
         return decision_s
-    return math.ceil((queued + 1) / max_active) * decision_s + decision_s
+    waiting = queued + active - parallel
+    return math.ceil((waiting + 1) / parallel) * decision_s + decision_s
 
 
 def smoothed(mean_s: float | None, sample_s: float) -> float:
@@ -55,6 +57,7 @@ class Admission:
         self._max_queued = max_queued
         self._deadline_s = deadline_s
         self._retry_after_s = retry_after_s
+        self.parallel = max_active  # decisions served at once: at most llama-server's slots
         self.decision_s: float | None = None  # measured time per decision, once known
 
     @property
@@ -75,7 +78,7 @@ class Admission:
             )
         if self.decision_s is not None:
             finish = estimated_finish_s(self._slots.waiting, self._slots.taken,
-                                        self._max_active, self.decision_s)
+                                        self.parallel, self.decision_s)
             budget = self._deadline_s * _HEADROOM
             if finish > budget:
                 raise Overloaded(
@@ -84,6 +87,11 @@ class Admission:
                     retry_after_s=max(1, math.ceil(finish - budget)),
                 )
         return _Admitted(self)
+
+    def limit_parallel(self, slots: int) -> None:
+        """Decisions beyond ``slots`` wait for a llama-server slot (proxy/kv.py) however
+        many are admitted: estimate with that many served at once."""
+        self.parallel = max(1, min(self._max_active, slots))
 
     def _measured(self, seconds: float) -> None:
         self.decision_s = smoothed(self.decision_s, seconds)

@@ -309,6 +309,7 @@ class DecisionService:
             total = await self._total_slots()
             if self._slot_book is None:  # the first to get here after the await makes it
                 self._slot_book = SlotBook(worker_slots(total, *self._worker))
+                self._admission.limit_parallel(self._slot_book.size)
         return self._slot_book
 
     async def _labels(

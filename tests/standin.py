@@ -32,6 +32,7 @@ class StandIn:
 
     def __init__(self, tokens: bool = False) -> None:
         self.tokens = tokens
+        self.total_slots = 2  # what /props reports
         self._slots: dict[int, list[int]] = {}
         self.mode = "good"
         self.delay_s = 5.0
@@ -77,7 +78,7 @@ class StandIn:
         return await handler(request)
 
     async def _props(self, request: web.Request) -> web.Response:
-        return web.json_response({"total_slots": 2})
+        return web.json_response({"total_slots": self.total_slots})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -175,6 +175,9 @@ async def test_finishing_in_time_leaves_no_timer_behind():
 @pytest.mark.parametrize(
     ("queued", "active", "max_active", "decision_s", "expected"),
     [
+        (0, 1, 2, 0.5, 0.5),        # 2 served at once, 1 busy: just the decision
+        (0, 16, 2, 0.5, 4.5),       # 16 admitted, 2 at once: 14 waiting, 8 rounds, then
+        (3, 4, 2, 0.5, 2.0),        # 3 queued + 2 admitted waiting: 6 turns, 3 rounds, then
         (0, 3, 4, 0.5, 0.5),        # a slot is free: just the decision
         (0, 4, 4, 0.5, 1.0),        # all busy: a round's wait, then the decision
         (4, 4, 4, 0.5, 1.5),        # 5 ahead through 4 slots: two rounds
