@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,16 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
+from scripts.probe import free_port  # noqa: E402
 from scripts.stack import start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
 __all__ = ["free_port", "model_path", "llama_server", "llama_server_process", "proxy",
            "proxy_process", "bare_relay", "pin", "ROOT"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -12,6 +12,8 @@ import threading
 
 from aiohttp import web
 
+from proxy.kv import common_prefix
+
 from tests.conftest import free_port
 
 __all__ = ["StandIn"]
@@ -106,10 +108,8 @@ class StandIn:
         body = await request.json()
         tokens, slot = body["prompt"], body.get("id_slot", 0)
         held = self._slots.get(slot, []) if body.get("cache_prompt", True) else []
-        reused = 0
-        while reused < min(len(held), len(tokens)) and held[reused] == tokens[reused]:
-            reused += 1
-        reused = min(reused, len(tokens) - 1)  # a whole cached prompt: its last token again
+        # a whole cached prompt: its last token again
+        reused = min(common_prefix(held, tokens), len(tokens) - 1)
         self._slots[slot] = list(tokens)
         answer = {"model": "standin", "timings": {"cache_n": reused,
                                                   "prompt_n": len(tokens) - reused}}

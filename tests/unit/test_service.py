@@ -7,6 +7,7 @@ import pytest
 
 from proxy.decision.question import choice_question
 from proxy.errors import UpstreamBadResponse
+from proxy.kv import common_prefix
 from proxy.service import DecisionService, read_widths
 from proxy.upstream import Completion, ModelInfo, NextToken
 
@@ -47,9 +48,7 @@ class RecordedUpstream:
 
     async def complete(self, tokens, *, slot, cache, n_probs=0, grammar=None):
         held = self.slots.get(slot, []) if cache else []
-        reused = next((i for i, (a, b) in enumerate(zip(held, tokens)) if a != b),
-                      min(len(held), len(tokens)))
-        reused = min(reused, len(tokens) - 1)
+        reused = min(common_prefix(held, tokens), len(tokens) - 1)
         self.slots[slot] = list(tokens)
         self.requests.append((slot, list(tokens), cache, reused, len(tokens) - reused))
         read = {}
