@@ -15,14 +15,20 @@ llama-server connections, so llama-server stops too) and the request gets
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import time
 
 from .errors import Overloaded, UpstreamTimeout
 from .slots import Slots
 
-__all__ = ["Admission", "estimated_finish_s", "smoothed"]
+__all__ = ["Admission", "estimated_finish_s", "smoothed", "slot_waited"]
 
+
+# Seconds the current admitted decision spent waiting for a llama-server slot (proxy/kv.py):
+# not part of how long a decision takes to serve, which the estimate divides by the slots.
+_slot_waits: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "semif_slot_waits", default=None)
 
 _SMOOTHING = 0.2   # weight of the newest decision in the moving average of decision time
 _HEADROOM = 0.8    # admit only what the estimate finishes within this share of the deadline
@@ -40,6 +46,13 @@ def estimated_finish_s(queued: int, active: int, parallel: int, decision_s: floa
         return decision_s
     waiting = queued + active - parallel
     return math.ceil((waiting + 1) / parallel) * decision_s + decision_s
+
+
+def slot_waited(seconds: float) -> None:
+    """Count ``seconds`` as time the current decision waited for a llama-server slot."""
+    waits = _slot_waits.get()
+    if waits is not None:
+        waits[0] += seconds
 
 
 def smoothed(mean_s: float | None, sample_s: float) -> float:
@@ -105,7 +118,7 @@ class _Admitted:
     more (bench/overhead.py)."""
 
     __slots__ = ("_admission", "_holding", "_task", "_timer", "_expired", "_cancelling",
-                 "_started")
+                 "_started", "_waits")
 
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
@@ -125,6 +138,8 @@ class _Admitted:
                 raise
         self._holding = True
         self._started = time.monotonic()
+        self._waits = [0.0]
+        _slot_waits.set(self._waits)
 
     def _expire(self) -> None:
         self._expired = True
@@ -134,8 +149,11 @@ class _Admitted:
         if self._holding:
             self._holding = False
             self._admission._slots.release()
-            if exc_type is None:  # only answered decisions teach how long one takes
-                self._admission._measured(time.monotonic() - self._started)
+            served = time.monotonic() - self._started - self._waits[0]
+            # only answered decisions teach how long one takes to serve (not when the
+            # waits of parallel questions overlap past the whole)
+            if exc_type is None and served > 0:
+                self._admission._measured(served)
         self._timer.cancel()
         # our cancel, not someone else's: the work ran out of time
         if (self._expired and self._task.uncancel() <= self._cancelling

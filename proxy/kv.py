@@ -28,9 +28,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from .admission import slot_waited
 
 __all__ = ["Step", "Held", "plan", "after", "common_prefix", "SlotBook", "MAX_SMALL_CHUNK"]
 
@@ -174,8 +177,10 @@ class _Lease:
             return self._slot
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         book._waiting.append(waiter)
+        since = time.monotonic()
         try:
             self._slot = await waiter
+            slot_waited(time.monotonic() - since)
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 book._release(waiter.result())  # handed a slot, then cancelled: pass it on

@@ -1,6 +1,7 @@
 """Backpressure and deadlines, with real asyncio timing (short, bounded)."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -223,3 +224,15 @@ async def test_without_a_measurement_only_the_bounds_apply():
     admission = Admission(max_active=1, max_queued=10, deadline_s=0.001, retry_after_s=1)
     assert admission.decision_s is None
     admission.admit()  # nothing known yet: not refused on an estimate
+
+
+async def test_time_spent_waiting_for_a_llama_server_slot_is_not_taught_as_decision_time():
+    from proxy.admission import slot_waited
+
+    admission = Admission(max_active=4, max_queued=4, deadline_s=10, retry_after_s=1)
+    started = time.monotonic()
+    async with admission.admit():
+        slot_waited(0.2)  # what proxy/kv.py reports when a lease had to wait
+        await asyncio.sleep(0.25)
+    whole = time.monotonic() - started
+    assert admission.decision_s == pytest.approx(whole - 0.2, abs=0.005)
