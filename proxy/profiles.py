@@ -5,25 +5,28 @@ A request names a profile (``semif.calibration`` / ``x_calibration``), or
 fitted for another model or prompt format version is refused (400), never
 applied silently. Applying it is pure: new probabilities for the same
 question, from which the answer (choice, confidence, ...) is rebuilt, plus
-the route ("auto" above the profile's threshold, "review" otherwise).
+the route ("auto" above the profile's threshold and label-mass floor, "review"
+otherwise) and its reason. A PriDe profile's position prior is divided out
+first.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .calibration import profile as profiles
 from .decision.prompt import PROMPT_FORMAT_VERSION
-from .decision.debias import shifts
+from .decision.debias import divide_out, shifts
 from .decision.question import Question
 from .errors import InvalidRequest
 from .decision.outcome import Outcome
 from .upstream import ModelInfo
 
-__all__ = ["ProfileStore", "ProfileRefused", "calibrate", "debias_for", "NO_PROFILE"]
+__all__ = ["ProfileStore", "ProfileRefused", "DebiasPlan", "calibrate", "debias_for",
+           "NO_PROFILE"]
 
 NO_PROFILE = "none"
 _log = logging.getLogger("proxy.profiles")
@@ -83,16 +86,52 @@ class ProfileStore:
                 profile.name, profile.llama_build, info.build)
 
 
-def debias_for(profile: profiles.Profile | None, question: Question,
-               requested: Sequence[int]) -> tuple[int, ...]:
-    """The shifts to read: the request's, else all when the profile was fitted debiased."""
-    if requested or profile is None or profile.debias != "cyclic" or question.kind == "score":
-        return tuple(requested)
-    return tuple(shifts(len(question.names)))
+@dataclass(frozen=True)
+class DebiasPlan:
+    """How a question is debiased: ``method`` None, "cyclic" (``shifts``), "pride"
+    (``prior``) or "contextual"; ``note`` says why it differs from what was asked."""
+
+    method: str | None = None
+    shifts: tuple[int, ...] = ()
+    prior: tuple[float, ...] | None = None
+    note: str = ""
 
 
-def calibrate(profile: profiles.Profile | None, outcome: Outcome) -> Outcome:
-    """The outcome with calibrated probabilities, its argmax, the method and the route."""
+def debias_for(profile: profiles.Profile | None, question: Question, method: str | None,
+               requested: Sequence[int], *, param: str) -> DebiasPlan:
+    """The request's debiasing, else the profile's. PriDe needs the profile's prior for
+    this question type and option count; without one the question is read cyclically
+    (the profile's answers were debiased, so a plain read would not fit them) and the
+    note says so. Score levels are ordered: never debiased."""
+    if question.kind == "score":
+        return DebiasPlan()
+    wanted = method if method is not None else (profile.debias if profile else None)
+    if wanted == "cyclic":
+        return DebiasPlan("cyclic", tuple(requested) or tuple(shifts(len(question.names))))
+    if wanted == "contextual":
+        return DebiasPlan("contextual")
+    if wanted == "pride":
+        if profile is None or not profile.position_prior:
+            raise InvalidRequest("debias \"pride\" divides out a position prior estimated by "
+                                 "`python -m proxy calibrate --debias pride`: name a profile "
+                                 "fitted that way", param=param)
+        n = len(question.names)
+        prior = profile.prior(question.kind, n)
+        if prior is None:
+            return DebiasPlan("cyclic", tuple(shifts(n)),
+                              note=f"no position prior for {question.kind} questions with "
+                                   f"{n} options in profile {profile.name!r}: read cyclically")
+        return DebiasPlan("pride", prior=prior)
+    return DebiasPlan()
+
+
+def calibrate(profile: profiles.Profile | None, outcome: Outcome, plan: DebiasPlan,
+              floor: float | None = None) -> Outcome:
+    """The outcome with the position prior divided out (PriDe), then calibrated
+    probabilities, their argmax, the method and the route with its reason."""
+    if plan.prior is not None:
+        outcome = replace(outcome, decision=divide_out(outcome.decision, plan.prior))
+    outcome = replace(outcome, debias=plan.method or outcome.debias, debias_note=plan.note)
     if profile is None:
         return outcome
     decision = outcome.decision
@@ -103,9 +142,10 @@ def calibrate(profile: profiles.Profile | None, outcome: Outcome) -> Outcome:
     # rounding cannot tie); the other maps may move it on purpose
     best = decision.best if method in ("none", "temperature") else max(
         range(len(probs)), key=lambda i: probs[i])
+    route, reason = profiles.route(profile, probs, decision.label_mass, floor)
     return replace(
         outcome,
         decision=replace(decision, probabilities=probs, best=best),
         calibration={"profile": profile.name, "method": method},
-        route=profiles.route(profile, probs),
+        route=route, route_reason=reason,
     )

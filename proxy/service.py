@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from .decision.debias import average, rotate
+from .decision.debias import average, divide_out, rotate
 from .decision.labels import (
     CANDIDATES,
     LabelError,
@@ -28,8 +29,10 @@ from .decision.labels import (
 )
 from .decision.prompt import (
     ANSWER_INSTRUCTION,
+    CONTENT_FREE,
     answer_context,
     append_to_conversation,
+    content_free,
     options_block,
     state_messages,
 )
@@ -55,6 +58,8 @@ _NO_THINKING: Mapping[str, Any] = MappingProxyType({"enable_thinking": False})  
 _MAX_PROMPTS = 256  # rendered and tokenised prompts remembered ...
 _MAX_PROMPT_KEY = 64 * 1024  # ... for conversations up to this size (JSON bytes)
 _MAX_SEGMENTS = 64  # shared segments (states, conversations) tokenised, remembered
+_MAX_CONTENT_FREE = 256  # content-free answers (contextual calibration) remembered
+_LEAST_WEIGHT = 1e-300  # a content-free probability that underflowed still divides
 log = logging.getLogger("proxy")
 _NO_THINKING_KEY = orjson.dumps(dict(_NO_THINKING), option=orjson.OPT_SORT_KEYS).decode()
 
@@ -98,21 +103,27 @@ class DecisionService:
         self._slot_book: SlotBook | None = None  # llama-server's slots, once counted
         self._prompts: dict[bytes, tuple[tuple[int, ...], int]] = {}  # see _prompt
         self._segments: dict[str, tuple[int, ...]] = {}  # shared segment text -> tokens
+        self._content_free: dict[bytes, tuple[float, ...]] = {}  # see _free_answer
 
     async def decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         template_kwargs: Mapping[str, Any] | None = None, *, debias: Sequence[int] = (),
+        contextual: bool = False,
     ) -> Outcome:
         """One question asked at the end of a conversation. ``debias``: the cyclic
-        shifts of the options to read and average (empty: one read as given)."""
+        shifts of the options to read and average (empty: one read as given);
+        ``contextual``: divide out the answer to the same question about a content-free
+        last user turn (decision/debias.py)."""
         if self._metrics:
             after_reply(self._metrics.questions.observe, 1)
+        free = content_free(messages) if contextual else None
         async with self._admission.admit():
-            return await self._decide(messages, question, template_kwargs, debias)
+            return await self._decide(messages, question, template_kwargs, debias, free)
 
     async def _decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         template_kwargs: Mapping[str, Any] | None, debias: Sequence[int],
+        free: Sequence[Mapping[str, Any]] | None = None,
     ) -> Outcome:
         if list(debias) in ([], [0]) or question.kind == "score":
             outcome = await self._decide_once(messages, question, template_kwargs)
@@ -126,10 +137,34 @@ class DecisionService:
                 first.labels,  # the first shift is 0: the options in the caller's order
                 first.model, first.prompt_tokens,
                 sum(o.prompt_evaluated for _, o in reads), sum(o.reads for _, o in reads),
+                debias="cyclic",
+                rotations=tuple((s, o.decision.probabilities) for s, o in reads),
             )
+        if free is not None and question.kind != "score":
+            weights, reads_spent = await self._free_answer(free, question, template_kwargs)
+            outcome = replace(outcome, decision=divide_out(outcome.decision, weights),
+                              reads=outcome.reads + reads_spent, debias="contextual")
         if self._metrics:
             after_reply(self._metrics.decision, outcome.decision, outcome.reads)
         return outcome
+
+    async def _free_answer(
+        self, free: Sequence[Mapping[str, Any]], question: Question,
+        template_kwargs: Mapping[str, Any] | None,
+    ) -> tuple[tuple[float, ...], int]:
+        """The probabilities the model gives the question's options about a content-free
+        input, and the reads that took: read once per question template, then remembered."""
+        key = orjson.dumps([free, question.kind, question.names, question.shown,
+                            question.instructions, question.temperature,
+                            dict(template_kwargs or {})], option=orjson.OPT_SORT_KEYS)
+        known = self._content_free.get(key)
+        if known is not None:
+            return known, 0
+        read = await self._decide_once(free, question, template_kwargs)
+        weights = tuple(max(p, _LEAST_WEIGHT) for p in read.decision.probabilities)
+        if len(key) <= _MAX_PROMPT_KEY:
+            _remember(self._content_free, key, weights, _MAX_CONTENT_FREE)
+        return weights, read.reads
 
     async def _decide_once(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
@@ -147,6 +182,7 @@ class DecisionService:
     async def decide_many(
         self, state_text: str, questions: Mapping[str, Question],
         *, debias: Mapping[str, Sequence[int]] | None = None,
+        contextual: frozenset[str] = frozenset(),
     ) -> dict[str, Outcome]:
         """Answer every question about one state, each in its own prompt (state
         first, question last), so no answer depends on the other questions.
@@ -156,28 +192,35 @@ class DecisionService:
         slot). One at a time, each lands in the slot that holds the state and
         computes only its own question; in parallel, every other slot computes
         the state once more, which costs more than it saves on a CPU
-        (bench/shared_state.py) but is nearly free on a GPU.
+        (bench/shared_state.py) but is nearly free on a GPU. The questions in
+        ``contextual`` are calibrated against the same question about the state "N/A".
         """
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
         async with self._admission.admit():
-            return await self._decide_all(state_text, questions, debias or {})
+            return await self._decide_all(state_text, questions, debias or {}, contextual)
 
     async def _decide_all(
         self, state_text: str, questions: Mapping[str, Question],
-        debias: Mapping[str, Sequence[int]],
+        debias: Mapping[str, Sequence[int]], contextual: frozenset[str],
     ) -> dict[str, Outcome]:
         items = list(questions.items())
         messages = state_messages(state_text)
+        free = state_messages(CONTENT_FREE)
+
+        def against(qid: str) -> list[dict[str, Any]] | None:
+            return free if qid in contextual else None
+
         first_id, first = items[0]
-        outcomes = {first_id: await self._decide(messages, first, None, debias.get(first_id, ()))}
+        outcomes = {first_id: await self._decide(messages, first, None,
+                                                 debias.get(first_id, ()), against(first_id))}
         if len(items) > 1:
             limit = asyncio.Semaphore(self._fanout or await self._total_slots())
 
             async def one(qid: str, question: Question) -> None:
                 async with limit:
                     outcomes[qid] = await self._decide(
-                        messages, question, None, debias.get(qid, ())
+                        messages, question, None, debias.get(qid, ()), against(qid)
                     )
 
             try:

@@ -2,24 +2,46 @@
 
 Three steps, each its own function so tests can run them apart:
 ``read_answers`` (read.py, HTTP), ``fit_profile`` (pure), ``report.write_report`` (files).
+
+``--debias`` fits on debiased reads and compares them with plain ones: ``cyclic``
+and ``contextual`` read every item that way; ``pride`` reads a sample of the fit
+split cyclically (``--prior-sample``), estimates the position prior from it and
+divides it out of the plain reads (decision/debias.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import random
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from ..decision.debias import divided, position_prior
 from ..decision.prompt import PROMPT_FORMAT_VERSION
-from .dataset import DataError, data_sha256, load_items
-from .fit import EXTRA_METHODS, MIN_AUTOMATED, CalibrationFit, Labelled, fit_calibration
+from .dataset import DataError, Item, data_sha256, load_items
+from .fit import (
+    EXTRA_METHODS,
+    MIN_AUTOMATED,
+    TEST_SHARE,
+    CalibrationFit,
+    Labelled,
+    fit_calibration,
+    split_roles,
+)
 from .profile import DEFAULT_DIR, KindCalibration, Profile, Threshold, profile_path, save
 from .read import Progress, ReadError, Reading, read_answers, served_model
+from .stats import DEFAULT_LEVEL, Interval
 
-__all__ = ["Fitted", "build_parser", "fit_profile", "prompt_format_of", "main"]
+__all__ = ["PRIOR_SAMPLE", "MIN_PRIOR_SAMPLE", "Fitted", "build_parser", "fit_profile",
+           "prompt_format_of", "prior_sample", "estimate_priors", "apply_priors", "main"]
+
+PRIOR_SAMPLE = 0.2  # share of the fit split's choice and noul items read cyclically for PriDe
+MIN_PRIOR_SAMPLE = 10  # ... but at least this many per question type and option count
+Priors = dict[str, dict[int, tuple[float, ...]]]
 
 
 @dataclass(frozen=True)
@@ -33,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m proxy calibrate",
         description="Fit a calibration profile on labelled System One requests read through a "
-                    "running proxy, and write the profile and a report.")
+                    "running proxy, and write the profile and a report whose figures come from "
+                    "a held-out test split that no choice saw.")
     p.add_argument("data", nargs="+", type=Path, help="JSONL files: one System One request with "
                    "one question and a top-level \"gold\" per line")
     p.add_argument("--profile", required=True, help="profile name ([A-Za-z0-9_.-]+)")
@@ -41,13 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="bearer key for the proxy")
     p.add_argument("--target-accuracy", type=float, default=0.95,
                    help="accuracy the automated answers must reach (default 0.95)")
+    p.add_argument("--level", type=float, default=DEFAULT_LEVEL,
+                   help="confidence level of the threshold's Clopper-Pearson bound and of the "
+                        f"reported intervals (default {DEFAULT_LEVEL})")
     p.add_argument("--min-automated", type=int, default=MIN_AUTOMATED,
                    help="fewest held-out answers a threshold must be backed by "
                         f"(default {MIN_AUTOMATED})")
+    p.add_argument("--test-share", type=float, default=TEST_SHARE,
+                   help=f"share of the items held out for the report (default {TEST_SHARE})")
+    p.add_argument("--label-mass-floor", type=float, default=None,
+                   help="route answers whose labels got less probability than this to review "
+                        "(default: fitted on the fit split)")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the fold assignment")
-    p.add_argument("--debias", choices=["cyclic"], default=None,
-                   help="also read with cyclic debiasing, fit on those reads and compare")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and the folds")
+    p.add_argument("--debias", choices=["cyclic", "pride", "contextual"], default=None,
+                   help="fit on debiased reads and compare them with plain ones")
+    p.add_argument("--prior-sample", type=float, default=PRIOR_SAMPLE,
+                   help="pride: share of the fit split read cyclically to estimate the position "
+                        f"prior (default {PRIOR_SAMPLE}, at least {MIN_PRIOR_SAMPLE} per type "
+                        "and option count)")
     p.add_argument("--methods", default="temperature,platt,isotonic",
                    help="comma-separated methods to try (default temperature,platt,isotonic)")
     p.add_argument("--out-dir", type=Path, default=DEFAULT_DIR,
@@ -65,36 +100,93 @@ def prompt_format_of(readings: Sequence[Reading]) -> str:
     return versions.pop() if versions else PROMPT_FORMAT_VERSION
 
 
+def prior_sample(items: Sequence[Item], is_test: Sequence[bool], share: float = PRIOR_SAMPLE,
+                 seed: int = 0) -> list[int]:
+    """Indices of the fit split's choice and noul items to read cyclically: within each
+    (question type, option count), a seeded draw of max(MIN_PRIOR_SAMPLE, share x size)
+    (all of them when fewer). No labels are needed, and the test split is never drawn."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, item in enumerate(items):
+        if not is_test[i] and item.kind != "score":
+            groups.setdefault((item.kind, len(item.names)), []).append(i)
+    rng = random.Random(seed)
+    picked: list[int] = []
+    for key in sorted(groups):
+        members = groups[key]
+        take = min(len(members), max(MIN_PRIOR_SAMPLE, round(share * len(members))))
+        picked += sorted(rng.sample(members, take))
+    return sorted(picked)
+
+
+def estimate_priors(readings: Sequence[Reading]) -> Priors:
+    """The PriDe prior per question type and option count, from cyclic readings."""
+    by_group: dict[tuple[str, int], list[tuple[tuple[float, ...], ...]]] = {}
+    for r in readings:
+        if r.rotations and len(r.rotations) == len(r.probabilities):  # every shift read
+            by_group.setdefault((r.kind, len(r.probabilities)), []).append(r.rotations)
+    priors: Priors = {}
+    for (kind, n), questions in sorted(by_group.items()):
+        priors.setdefault(kind, {})[n] = tuple(position_prior(questions))
+    return priors
+
+
+def apply_priors(readings: Sequence[Labelled], priors: Priors) -> list[Labelled]:
+    """Plain readings with the prior of their type and option count divided out (as the
+    proxy does for a PriDe profile; counts without a prior are left as read)."""
+    out = []
+    for r in readings:
+        prior = priors.get(r.kind, {}).get(len(r.probabilities))
+        out.append(r if prior is None else
+                   replace(r, probabilities=tuple(divided(r.probabilities, prior))))
+    return out
+
+
+def _interval(ci: Interval) -> dict[str, float]:
+    return {"value": ci.value, "low": ci.low, "high": ci.high, "n": ci.n}
+
+
+def _figures(fit: CalibrationFit) -> dict[str, Any]:
+    """The held-out test split's metrics with their intervals, as the profile stores them."""
+    return {which: {scope: {m: _interval(ci) for m, ci in metrics.items()}
+                    for scope, metrics in fit.intervals(which).items()}
+            for which in ("before", "after")}
+
+
 def fit_profile(
     readings: Sequence[Labelled], *, name: str, model: str, prompt_format_version: str,
     data_sha256: str, target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED,
-    folds: int = 5, seed: int = 0,
+    folds: int = 5, seed: int = 0, level: float = DEFAULT_LEVEL, test_share: float = TEST_SHARE,
+    label_mass_floor: float | None = None,
     methods: Sequence[str] = ("temperature", *EXTRA_METHODS), debias: str | None = None,
     plain: Sequence[Labelled] | None = None, created: str | None = None, llama_build: str = "",
+    position_prior: Priors | None = None,
 ) -> Fitted:
     """Fit on ``readings`` (the debiased ones when ``debias`` is set; ``plain`` then holds the
-    same items read without debiasing, fitted on the same folds for the report)."""
-    fit = fit_calibration(readings, methods=methods, folds=folds, seed=seed,
-                          target_accuracy=target_accuracy, min_automated=min_automated)
-    plain_fit = None
-    if plain is not None:
-        plain_fit = fit_calibration(plain, methods=methods, folds=folds, seed=seed,
-                                    target_accuracy=target_accuracy, min_automated=min_automated)
+    same items read without debiasing, fitted on the same split and folds for the report)."""
+    settings = dict(methods=methods, folds=folds, seed=seed, target_accuracy=target_accuracy,
+                    min_automated=min_automated, level=level, test_share=test_share,
+                    label_mass_floor=label_mass_floor)
+    fit = fit_calibration(readings, **settings)
+    plain_fit = fit_calibration(plain, **settings) if plain is not None else None
     chosen = fit.threshold
-    metrics = {"before": fit.metrics("before"), "after": fit.metrics("after"),
-               "held_out_nll": {k: kf.held_out_nll for k, kf in fit.kinds.items()}}
+    metrics: dict[str, Any] = {"evaluation": fit.evaluation(), **_figures(fit),
+                               "cross_validated_nll": {k: kf.held_out_nll
+                                                       for k, kf in fit.kinds.items()}}
     if plain_fit is not None:
-        metrics["without_debias"] = {"before": plain_fit.metrics("before"),
-                                     "after": plain_fit.metrics("after")}
+        metrics["without_debias"] = _figures(plain_fit)
+    source = (f"cross-validated answers of the fit split ({len(fit.indices('fit'))} items) "
+              f"at or above the label-mass floor; level {level:g}")
     profile = Profile(
         name=name, model=model, prompt_format_version=prompt_format_version,
         created=created or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         data_sha256=data_sha256,
         calibration={k: KindCalibration(kf.method, kf.params, kf.n) for k, kf in fit.kinds.items()},
         threshold=Threshold(target_accuracy, chosen.threshold, chosen.coverage, chosen.accuracy,
-                            chosen.count, min_automated),
+                            chosen.count, min_automated, level, chosen.lower_bound, source,
+                            fit.threshold_on_test()),
         debias=debias, n_items=len(readings), folds=folds, seed=seed, metrics=metrics,
-        llama_build=llama_build,
+        llama_build=llama_build, label_mass_floor=fit.label_mass_floor,
+        position_prior=position_prior or {},
     )
     return Fitted(profile, fit, plain_fit)
 
@@ -108,10 +200,35 @@ def _methods(text: str) -> list[str]:
 
 
 def _read(items, args, debias: str | None) -> list[Reading]:
-    label = "reading (cyclic)" if debias else "reading"
+    label = f"reading ({debias})" if debias else "reading"
     bar = Progress(len(items), label)
     return read_answers(items, args.url, api_key=args.api_key, debias=debias,
                         concurrency=args.concurrency, progress=bar.update)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 0 < args.target_accuracy <= 1 or args.folds < 2:
+        raise ValueError("--target-accuracy must be in (0, 1] and --folds at least 2")
+    if not 0 < args.level < 1 or not 0 < args.test_share < 1 or not 0 < args.prior_sample <= 1:
+        raise ValueError("--level and --test-share must be within (0, 1), --prior-sample "
+                         "within (0, 1]")
+    if args.label_mass_floor is not None and not 0 <= args.label_mass_floor <= 1:
+        raise ValueError("--label-mass-floor must be within [0, 1]")
+
+
+def _debiased(items: Sequence[Item], plain: Sequence[Reading], args: argparse.Namespace
+              ) -> tuple[list[Labelled] | None, Priors | None, list[Reading]]:
+    """The readings to fit on when debiasing, the PriDe priors, and every extra reading."""
+    if args.debias in ("cyclic", "contextual"):
+        extra = _read(items, args, args.debias)
+        return [r.labelled for r in extra], None, extra
+    if args.debias == "pride":
+        is_test = split_roles([r.labelled for r in plain], args.test_share, args.seed)
+        sample = prior_sample(items, is_test, args.prior_sample, args.seed)
+        extra = _read([items[i] for i in sample], args, "cyclic")
+        priors = estimate_priors(extra)
+        return apply_priors([r.labelled for r in plain], priors), priors, extra
+    return None, None, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,19 +238,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         profile_path(args.profile, args.out_dir)
         methods = _methods(args.methods)
-        if not 0 < args.target_accuracy <= 1 or args.folds < 2:
-            raise ValueError("--target-accuracy must be in (0, 1] and --folds at least 2")
+        _check(args)
         items = load_items(args.data, args.limit)
         model, build = served_model(args.url, args.api_key)
         plain = _read(items, args, None)
-        debiased = _read(items, args, args.debias) if args.debias else None
+        debiased, priors, extra = _debiased(items, plain, args)
         fitted = fit_profile(
-            [r.labelled for r in (debiased or plain)], name=args.profile, model=model,
-            prompt_format_version=prompt_format_of([*plain, *(debiased or [])]),
+            debiased or [r.labelled for r in plain], name=args.profile, model=model,
+            prompt_format_version=prompt_format_of([*plain, *extra]),
             data_sha256=data_sha256(args.data), target_accuracy=args.target_accuracy,
-            min_automated=args.min_automated,
+            min_automated=args.min_automated, level=args.level, test_share=args.test_share,
+            label_mass_floor=args.label_mass_floor,
             folds=args.folds, seed=args.seed, methods=methods, debias=args.debias,
-            plain=[r.labelled for r in plain] if debiased else None, llama_build=build)
+            plain=[r.labelled for r in plain] if debiased else None, llama_build=build,
+            position_prior=priors)
     except (ValueError, ReadError, OSError) as exc:  # DataError and ProfileError are ValueErrors
         kind = "data" if isinstance(exc, DataError) else "error"
         print(f"calibrate: {kind}: {exc}", file=sys.stderr)
@@ -145,15 +263,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _summarise(fitted: Fitted, path: Path, paths: dict[str, Path]) -> None:
-    before, after = fitted.fit.metrics("before")["all"], fitted.fit.metrics("after")["all"]
-    for kind, kf in fitted.fit.kinds.items():
+    fit = fitted.fit
+    for kind, kf in fit.kinds.items():
         params = kf.params if kf.method != "isotonic" else f"{len(kf.params['x'])} knots"
         note = f" ({kf.note})" if kf.note else ""
-        print(f"{kind}: {kf.n} items, method {kf.method} {params or ''}{note}")
-    print("held out, before -> after: " + ", ".join(
-        f"{m} {before[m]:.4f} -> {after[m]:.4f}" for m in ("accuracy", "ece", "brier", "nll")))
+        print(f"{kind}: {kf.n} items fitted, method {kf.method} {params or ''}{note}")
+    before, after = fit.intervals("before")["all"], fit.intervals("after")["all"]
+    print(f"held-out test split (n={before['accuracy'].n}), before -> after "
+          f"[{fit.level:.0%} bootstrap interval]: " + ", ".join(
+              f"{m} {before[m].value:.4f} -> {after[m].value:.4f} "
+              f"[{after[m].low:.4f}, {after[m].high:.4f}]"
+              for m in ("accuracy", "ece", "brier", "nll")))
     t = fitted.profile.threshold
-    print(f"threshold for accuracy {t.target_accuracy:g}: "
-          + ("not reached (null; everything goes to review)" if t.threshold is None
-             else f"{t.threshold:.4f}, coverage {t.coverage:.1%}"))
+    print(f"label-mass floor {fitted.profile.label_mass_floor:.4f}: diverts "
+          f"{t.test['below_floor']} of {t.test['n']} test answers")
+    if t.threshold is None:
+        print(f"threshold for accuracy {t.target_accuracy:g}: none passed the fixed-sequence "
+              f"test at level {t.level:g} (null; everything goes to review)")
+    else:
+        print(f"threshold for accuracy {t.target_accuracy:g}: {t.threshold:.2f}, "
+              f"lower bound {t.lower_bound:.4f}, coverage {t.coverage:.1%} of the fit split; "
+              f"on the test split {t.test['count']} of {t.test['n']} automated"
+              + (f" at accuracy {t.test['accuracy']:.3f} (bound {t.test['lower_bound']:.3f})"
+                 if t.test["count"] else ""))
     print(f"wrote {path}, {', '.join(str(p) for p in paths.values())}")

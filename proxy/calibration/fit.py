@@ -1,18 +1,24 @@
-"""Fitting calibration on labelled answers, judged on held-out folds.
+"""Fitting calibration on labelled answers, and figures the choices did not see.
 
-For each question type separately: split the items into k folds (fixed by a
-seed), fit each candidate method on k-1 folds and apply it to the fold left
-out, so every item gets a held-out calibrated answer. A method is kept only if
-its held-out NLL beats the uncalibrated answers and its held-out ECE is no
-worse than theirs; Platt and isotonic must also beat plain temperature scaling
-on NLL when that was tried. The best kept method is
-then fitted on all items of that type.
+The items are split first (seeded, within each question type and gold answer):
+a *fit* split and a held-out *test* split (``test_share`` of them, 30% by
+default). Nothing chosen looks at the test split:
 
-The automation threshold is chosen on the held-out calibrated answers of all
-types together: the smallest top probability t such that the answers at or
-above t reach the target accuracy, counting only thresholds backed by at least
-``min_count`` answers (one lucky answer at the top proves nothing). When no t
-does, the threshold is ``None`` and every answer goes to review.
+- For each question type, the fit split is cut into k folds; each candidate
+  method is fitted on k-1 folds and applied to the fold left out, so every fit
+  item gets a cross-validated answer. A method is kept only if its
+  cross-validated NLL beats the uncalibrated answers and its ECE is no worse;
+  Platt and isotonic must also beat plain temperature scaling on NLL when that
+  was tried. The best kept method is fitted on the whole fit split: that map is
+  what the profile holds (it is not refitted on the test split).
+- The label-mass floor is a low quantile of the fit split's label masses.
+- The automation threshold is chosen by fixed-sequence testing (``stats.py``)
+  on the fit split's cross-validated answers above the floor, with a
+  Clopper-Pearson bound at the given level.
+
+The test split then gets the fitted maps applied, and every figure the report
+gives as "held out" (before and after, the threshold's coverage and accuracy,
+the answers the floor diverts) comes from it, with bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -20,16 +26,26 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .metrics import (
-    coverage_curve,
+    accuracy,
+    brier_score,
     expected_calibration_error,
     negative_log_likelihood,
     summary,
     top_index,
     top_probability,
+)
+from .stats import (
+    DEFAULT_LEVEL,
+    Interval,
+    ThresholdTest,
+    bootstrap_interval,
+    clopper_pearson_lower,
+    fixed_sequence_threshold,
+    quantile,
 )
 from .transform import PROBABILITY_FLOOR, calibrate, logit, sigmoid
 
@@ -41,7 +57,9 @@ __all__ = [
     "T_RANGE",
     "Labelled",
     "KindFit",
-    "ThresholdChoice",
+    "TEST_SHARE",
+    "FLOOR_QUANTILE",
+    "FLOOR_CAP",
     "CalibrationFit",
     "fit_temperature",
     "fit_platt",
@@ -50,7 +68,8 @@ __all__ = [
     "fold_ids",
     "held_out",
     "fit_kind",
-    "choose_threshold",
+    "split_roles",
+    "fit_label_mass_floor",
     "fit_calibration",
 ]
 
@@ -58,6 +77,9 @@ KINDS = ("choice", "score", "noul")
 EXTRA_METHODS = ("platt", "isotonic")
 MIN_ITEMS = 10  # fewer items of a type than this (or than 2 per fold): left uncalibrated
 MIN_AUTOMATED = 10  # a threshold must be backed by at least this many held-out answers
+TEST_SHARE = 0.3  # items held out for the report, seen by no choice
+FLOOR_QUANTILE = 0.05  # the default label-mass floor: this quantile of the fit split's ...
+FLOOR_CAP = 0.5  # ... but never above this
 T_RANGE = (0.01, 100.0)
 _GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -69,6 +91,7 @@ class Labelled:
     kind: str
     probabilities: tuple[float, ...]
     gold: int
+    label_mass: float | None = None  # the labels' raw probability mass, when read
 
 
 def _tempered_nll(logs: Sequence[Sequence[float]], golds: Sequence[int], temperature: float
@@ -253,50 +276,121 @@ def fit_kind(kind: str, probs: Sequence[Sequence[float]], golds: Sequence[int],
     return KindFit(kind, best, params, len(raw), nll, answers[best], note)
 
 
-@dataclass(frozen=True)
-class ThresholdChoice:
-    target_accuracy: float
-    threshold: float | None  # None: no threshold reaches the target; route everything to review
-    coverage: float
-    accuracy: float | None
-    count: int
+def split_roles(items: Sequence[Labelled], test_share: float, seed: int) -> list[bool]:
+    """Which items are held out for testing: within each (question type, gold answer) group,
+    a seeded shuffle, of which the first round(test_share * size) go to the test split."""
+    if not 0 < test_share < 1:
+        raise ValueError("test_share must be within (0, 1)")
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault((item.kind, item.gold), []).append(i)
+    is_test = [False] * len(items)
+    rng = random.Random(seed)
+    for key in sorted(groups):
+        members = groups[key]
+        rng.shuffle(members)
+        for i in members[:round(test_share * len(members))]:
+            is_test[i] = True
+    return is_test
 
 
-def choose_threshold(probs: Sequence[Sequence[float]], golds: Sequence[int], target: float,
-                     min_count: int = MIN_AUTOMATED) -> ThresholdChoice:
-    """The smallest top probability t such that the (at least ``min_count``) answers at or
-    above it reach ``target`` accuracy."""
-    for point in coverage_curve(probs, golds):
-        if point.accuracy >= target and point.count >= min_count:
-            return ThresholdChoice(target, point.threshold, point.coverage, point.accuracy,
-                                   point.count)
-    return ThresholdChoice(target, None, 0.0, None, 0)
+def fit_label_mass_floor(masses: Sequence[float]) -> float:
+    """The default floor: min(FLOOR_CAP, the FLOOR_QUANTILE-quantile of the label masses)
+    (0 when none is known): an answer below it gave the labels less of the model's
+    probability than 19 in 20 labelled answers did, and less than half of it."""
+    return min(FLOOR_CAP, quantile(masses, FLOOR_QUANTILE)) if masses else 0.0
+
+
+def _above_floor(mass: float | None, floor: float) -> bool:
+    return mass is None or mass >= floor
 
 
 @dataclass(frozen=True)
 class CalibrationFit:
-    kinds: dict[str, KindFit]
-    threshold: ThresholdChoice
+    kinds: dict[str, KindFit]  # maps fitted on the fit split
+    threshold: ThresholdTest  # fixed-sequence test on the fit split's cross-validated answers
     golds: list[int]
     before: list[list[float]]  # the answers as read, item order
-    after: list[list[float]]  # held-out calibrated answers, item order
-    item_kinds: list[str] = field(default_factory=list)
+    after: list[list[float]]  # fit split: cross-validated; test split: the fitted map applied
+    item_kinds: list[str]
+    is_test: list[bool]
+    label_masses: list[float | None]
+    label_mass_floor: float
+    level: float = DEFAULT_LEVEL
+    seed: int = 0
 
-    def metrics(self, which: str) -> dict[str, dict[str, float]]:
-        """Summaries ("before" or "after") for all items and per question type."""
-        probs = self.before if which == "before" else self.after
-        out = {"all": summary(probs, self.golds)}
+    def indices(self, part: str = "test") -> list[int]:
+        """The items of one split ("test" or "fit") or of both ("all")."""
+        if part == "all":
+            return list(range(len(self.golds)))
+        return [i for i, t in enumerate(self.is_test) if t == (part == "test")]
+
+    def evaluation(self) -> str:
+        """Where the reported figures come from, in words (the report and the profile)."""
+        n_test, n_fit = len(self.indices("test")), len(self.indices("fit"))
+        return (f"held-out test split: {n_test} items (seed {self.seed}) that neither the "
+                "choice of method, the maps, the label-mass floor nor the threshold saw; those "
+                f"were chosen on the other {n_fit} items. Intervals: {self.level:.0%} "
+                "percentile bootstrap over the test items.")
+
+    def _scopes(self, part: str) -> dict[str, list[int]]:
+        idx = self.indices(part)
+        scopes = {"all": idx}
         for kind in self.kinds:
-            idx = [i for i, k in enumerate(self.item_kinds) if k == kind]
-            out[kind] = summary([probs[i] for i in idx], [self.golds[i] for i in idx])
+            scopes[kind] = [i for i in idx if self.item_kinds[i] == kind]
+        return {scope: members for scope, members in scopes.items() if members}
+
+    def metrics(self, which: str, part: str = "test") -> dict[str, dict[str, float]]:
+        """Summaries ("before" or "after") of one split, for all items and per question type."""
+        probs = self.before if which == "before" else self.after
+        return {scope: summary([probs[i] for i in idx], [self.golds[i] for i in idx])
+                for scope, idx in self._scopes(part).items()}
+
+    def intervals(self, which: str, part: str = "test") -> dict[str, dict[str, Interval]]:
+        """Every metric of ``metrics`` with its bootstrap interval over the scope's items."""
+        probs = self.before if which == "before" else self.after
+        out: dict[str, dict[str, Interval]] = {}
+        for scope, idx in self._scopes(part).items():
+            rows, golds = [probs[i] for i in idx], [self.golds[i] for i in idx]
+            out[scope] = {
+                name: bootstrap_interval(
+                    lambda pick, f=f: f([rows[j] for j in pick], [golds[j] for j in pick]),
+                    len(idx), level=self.level, seed=self.seed)
+                for name, f in _METRICS.items()}
         return out
+
+    def threshold_on_test(self) -> dict[str, Any]:
+        """The stored threshold (and floor) applied to the test split: what automating would
+        have done on answers nothing was chosen on, with a Clopper-Pearson bound."""
+        idx = self.indices("test")
+        floor = self.label_mass_floor
+        diverted = [i for i in idx if not _above_floor(self.label_masses[i], floor)]
+        out: dict[str, Any] = {"n": len(idx), "below_floor": len(diverted)}
+        if diverted:
+            out["below_floor_accuracy"] = sum(
+                top_index(self.after[i]) == self.golds[i] for i in diverted) / len(diverted)
+        t = self.threshold.threshold
+        if t is None or not idx:
+            return {**out, "count": 0, "coverage": 0.0, "accuracy": None, "lower_bound": None}
+        picked = [i for i in idx if i not in diverted and top_probability(self.after[i]) >= t]
+        right = sum(top_index(self.after[i]) == self.golds[i] for i in picked)
+        return {**out, "count": len(picked), "coverage": len(picked) / len(idx),
+                "accuracy": right / len(picked) if picked else None,
+                "lower_bound": clopper_pearson_lower(right, len(picked), self.level)
+                if picked else None}
+
+
+_METRICS = {"accuracy": accuracy, "ece": expected_calibration_error, "brier": brier_score,
+            "nll": negative_log_likelihood}
 
 
 def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("temperature",
                     "platt", "isotonic"), folds: int = 5, seed: int = 0,
-                    target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED
-                    ) -> CalibrationFit:
-    """Fit every question type present, then choose the threshold on the held-out answers."""
+                    target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED,
+                    level: float = DEFAULT_LEVEL, test_share: float = TEST_SHARE,
+                    label_mass_floor: float | None = None) -> CalibrationFit:
+    """Split, fit every question type present on the fit split, choose the floor (unless
+    given) and the threshold there, and apply the maps to the test split (module docstring)."""
     if folds < 2:
         raise ValueError("cross-validation needs at least 2 folds")
     unknown = set(methods) - {"temperature", *EXTRA_METHODS}
@@ -304,19 +398,37 @@ def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("tem
         raise ValueError(f"unknown calibration methods {sorted(unknown)}")
     if not items:
         raise ValueError("no labelled items")
+    is_test = split_roles(items, test_share, seed)
     kinds: dict[str, KindFit] = {}
     after: list[list[float]] = [[] for _ in items]
     for kind in KINDS:
-        idx = [i for i, item in enumerate(items) if item.kind == kind]
-        if not idx:
+        train = [i for i, item in enumerate(items) if item.kind == kind and not is_test[i]]
+        test = [i for i, item in enumerate(items) if item.kind == kind and is_test[i]]
+        if not train and not test:
             continue
-        fit = fit_kind(kind, [items[i].probabilities for i in idx], [items[i].gold for i in idx],
-                       methods, folds, seed)
+        fit = fit_kind(kind, [items[i].probabilities for i in train],
+                       [items[i].gold for i in train], methods, folds, seed)
         kinds[kind] = fit
-        for j, i in enumerate(idx):
+        for j, i in enumerate(train):
             after[i] = fit.after[j]
-    golds = [item.gold for item in items]
-    threshold = choose_threshold(after, golds, target_accuracy, min_automated)
-    return CalibrationFit(kinds, threshold, golds,
+        for i in test:
+            after[i] = calibrate(fit.method, fit.params, kind, items[i].probabilities)
+    masses = [item.label_mass for item in items]
+    fit_idx = [i for i, t in enumerate(is_test) if not t]
+    if label_mass_floor is None:
+        label_mass_floor = fit_label_mass_floor(
+            [m for i in fit_idx if (m := masses[i]) is not None])
+    chosen = [i for i in fit_idx if _above_floor(masses[i], label_mass_floor)]
+    if chosen:
+        threshold = fixed_sequence_threshold(
+            [top_probability(after[i]) for i in chosen],
+            [top_index(after[i]) == items[i].gold for i in chosen],
+            target_accuracy, level=level, min_count=min_automated)
+        # the coverage of every fit answer, the ones below the floor included
+        threshold = replace(threshold, coverage=threshold.count / len(fit_idx))
+    else:
+        threshold = ThresholdTest(target_accuracy, level, None, None, None, 0.0, 0, 0)
+    return CalibrationFit(kinds, threshold, [item.gold for item in items],
                           [list(item.probabilities) for item in items], after,
-                          [item.kind for item in items])
+                          [item.kind for item in items], is_test, masses, label_mass_floor,
+                          level, seed)

@@ -10,11 +10,19 @@ A profile is ``config/calibration/NAME.json`` (any directory may be passed):
                      "noul": {"method": "platt", "params": {"a": 0.4, "b": -0.2}, ...},
                      "score": {"method": "isotonic", "params": {"x": [...], "y": [...]}, ...}},
      "threshold": {"target_accuracy": 0.95, "threshold": 0.91 | null, "coverage": 0.4,
-                   "accuracy": 0.96 | null, "count": 150, "min_count": 10},
-     "metrics": {"before": {"all": {...}, "choice": {...}}, "after": {...}}}
+                   "accuracy": 0.96 | null, "count": 150, "min_count": 10, "level": 0.95,
+                   "lower_bound": 0.951 | null, "source": "<which answers it was tested on>",
+                   "test": {<the threshold applied to the held-out test split>}},
+     "label_mass_floor": 0.31,
+     "position_prior": {"choice": {"4": [0.4, 0.3, 0.2, 0.1]}, "noul": {"2": [0.6, 0.4]}},
+     "metrics": {"evaluation": "...", "before": {"all": {...}, "choice": {...}}, "after": {...}}}
 
-``threshold: null`` means no threshold reached the target accuracy on held-out
-data: ``route`` then sends every answer to review. A question type missing
+``threshold: null`` means no threshold passed the fixed-sequence test
+(``stats.py``): ``route`` then sends every answer to review. An answer whose
+label mass is below ``label_mass_floor`` goes to review whatever its
+probability: the model was not answering with a label. ``position_prior`` (PriDe,
+``debias: "pride"``) is the model's preference for each position, per question
+type and option count, divided out of every later answer. A question type missing
 from ``calibration`` (or with method ``"none"``) is left as it is. The maps
 themselves are described in ``transform.py``.
 
@@ -45,6 +53,7 @@ __all__ = [
     "NAME_PATTERN",
     "RESERVED_NAMES",
     "DEBIAS_MODES",
+    "ROUTE_REASONS",
     "ProfileError",
     "InvalidProfileName",
     "ProfileNotFound",
@@ -66,7 +75,8 @@ PROFILE_FORMAT = 1
 DEFAULT_DIR = Path("config/calibration")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 RESERVED_NAMES = frozenset({"none"})  # a request's "calibration": "none" means no profile
-DEBIAS_MODES = (None, "cyclic")
+DEBIAS_MODES = (None, "cyclic", "pride", "contextual")
+ROUTE_REASONS = ("label_mass", "no_threshold", "below_threshold", "above_threshold")
 _KINDS = ("choice", "score", "noul")
 
 
@@ -109,6 +119,10 @@ class Threshold:
     accuracy: float | None = None
     count: int = 0  # held-out answers at or above the threshold
     min_count: int = 0  # the fewest held-out answers a threshold had to be backed by
+    level: float | None = None  # of the Clopper-Pearson bound (None in older profiles)
+    lower_bound: float | None = None  # on the accuracy of the answers at or above it
+    source: str = ""  # which answers it was tested on
+    test: Mapping[str, Any] = field(default_factory=dict)  # applied to the test split
 
 
 @dataclass(frozen=True)
@@ -120,12 +134,19 @@ class Profile:
     data_sha256: str
     calibration: Mapping[str, KindCalibration]
     threshold: Threshold
-    debias: Literal["cyclic"] | None = None
+    debias: Literal["cyclic", "pride", "contextual"] | None = None
     n_items: int = 0
     folds: int = 0
     seed: int = 0
     metrics: Mapping[str, Any] = field(default_factory=dict)
     llama_build: str = ""  # llama-server's /props build_info when fitted ("" if not known)
+    label_mass_floor: float = 0.0  # below it an answer goes to review
+    # PriDe: kind -> option count -> the prior over positions (debias "pride")
+    position_prior: Mapping[str, Mapping[int, tuple[float, ...]]] = field(default_factory=dict)
+
+    def prior(self, kind: str, n_options: int) -> tuple[float, ...] | None:
+        """The position prior for this question type and option count, if estimated."""
+        return self.position_prior.get(kind, {}).get(n_options)
 
     def method(self, kind: str) -> str:
         """The method applied to answers of this question type ("none" when not fitted)."""
@@ -156,7 +177,14 @@ class Profile:
                 "accuracy": self.threshold.accuracy,
                 "count": self.threshold.count,
                 "min_count": self.threshold.min_count,
+                "level": self.threshold.level,
+                "lower_bound": self.threshold.lower_bound,
+                "source": self.threshold.source,
+                "test": dict(self.threshold.test),
             },
+            "label_mass_floor": self.label_mass_floor,
+            "position_prior": {kind: {str(n): list(p) for n, p in sorted(priors.items())}
+                               for kind, priors in self.position_prior.items()},
             "metrics": dict(self.metrics),
         }
 
@@ -226,9 +254,17 @@ def _from_json(data: Any) -> Profile:
         share("accuracy"),
         int(_number(t.get("count", 0), "threshold.count", lo=0)),
         int(_number(t.get("min_count", 0), "threshold.min_count", lo=0)),
+        None if t.get("level") is None else _number(t["level"], "threshold.level", lo=0, hi=1),
+        share("lower_bound"),
+        str(t.get("source", "")),
+        dict(t.get("test") or {}),
     )
     if data.get("debias") not in DEBIAS_MODES:
-        raise ProfileInvalid(f"debias must be null or \"cyclic\", got {data.get('debias')!r}")
+        raise ProfileInvalid(f"debias must be one of {list(DEBIAS_MODES)}, "
+                             f"got {data.get('debias')!r}")
+    priors = _priors(data.get("position_prior") or {})
+    if data.get("debias") == "pride" and not priors:
+        raise ProfileInvalid("debias \"pride\" needs a position_prior")
     for key in ("name", "model", "prompt_format_version", "created", "data_sha256"):
         if not isinstance(data[key], str):
             raise ProfileInvalid(f"{key} must be a string")
@@ -240,7 +276,28 @@ def _from_json(data: Any) -> Profile:
         threshold=threshold, debias=data.get("debias"), n_items=int(data.get("n_items", 0)),
         folds=int(data.get("folds", 0)), seed=int(data.get("seed", 0)),
         metrics=dict(data.get("metrics") or {}), llama_build=data.get("llama_build", ""),
+        label_mass_floor=_number(data.get("label_mass_floor", 0.0), "label_mass_floor",
+                                 lo=0, hi=1),
+        position_prior=priors,
     )
+
+
+def _priors(raw: Mapping[str, Any]) -> dict[str, dict[int, tuple[float, ...]]]:
+    out: dict[str, dict[int, tuple[float, ...]]] = {}
+    for kind, by_count in raw.items():
+        if kind not in ("choice", "noul"):
+            raise ProfileInvalid(f"position_prior: no positions to debias for {kind!r}")
+        out[kind] = {}
+        for count, prior in by_count.items():
+            if not str(count).isdigit() or len(prior) != int(count) or int(count) < 2:
+                raise ProfileInvalid(f"position_prior.{kind}.{count}: one weight per position")
+            weights = tuple(_number(w, f"position_prior.{kind}.{count}", lo=0, hi=1)
+                            for w in prior)
+            if not all(w > 0 for w in weights) or abs(math.fsum(weights) - 1) > 1e-6:
+                raise ProfileInvalid(f"position_prior.{kind}.{count}: positive weights that "
+                                     "sum to 1")
+            out[kind][int(count)] = weights
+    return out
 
 
 def profile_path(name: str, directory: Path | str = DEFAULT_DIR) -> Path:
@@ -293,11 +350,21 @@ def apply(profile: Profile, kind: str, probabilities: Sequence[float]) -> list[f
     return calibrate(entry.method, entry.params, kind, probabilities)
 
 
-def route(profile: Profile, probabilities: Sequence[float]) -> Literal["auto", "review"]:
-    """"auto" when the (calibrated) top probability reaches the profile's threshold,
-    "review" otherwise and always when the profile has no threshold."""
+def route(profile: Profile, probabilities: Sequence[float], label_mass: float,
+          floor: float | None = None) -> tuple[Literal["auto", "review"], str]:
+    """The route and why: "review" because the labels got less than ``floor`` (the request's
+    override, else the profile's) of the model's probability ("label_mass"), because the
+    profile has no threshold ("no_threshold") or because the (calibrated) top probability is
+    below it ("below_threshold"); otherwise "auto" ("above_threshold")."""
+    limit = profile.label_mass_floor if floor is None else floor
+    if label_mass < limit:
+        return "review", "label_mass"
     t = profile.threshold.threshold
-    return "auto" if t is not None and max(probabilities) >= t else "review"
+    if t is None:
+        return "review", "no_threshold"
+    if max(probabilities) >= t:
+        return "auto", "above_threshold"
+    return "review", "below_threshold"
 
 
 def _same_model(fitted: str, served: str) -> bool:

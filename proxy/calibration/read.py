@@ -1,9 +1,10 @@
 """Reading labelled items through a running proxy's ``POST /v1/systemone``.
 
 Each item is sent as it is, plus ``"x_calibration": "none"`` (so no profile is
-applied) and, for debiased reads, ``"x_debias": "cyclic"``. The answer's
-``probabilities`` (choice, score) or ``noul`` become one ``Reading``. This is
-the only module of the package that speaks HTTP.
+applied) and, for debiased reads, ``"x_debias": "cyclic"`` or ``"contextual"``.
+The answer's ``probabilities`` (choice, score) or ``noul``, its label mass and,
+for cyclic reads, each rotation's probabilities by position become one
+``Reading``. This is the only module of the package that speaks HTTP.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ class Reading:
     gold: int
     prompt_format_version: str | None
     reads: int | None  # upstream reads the proxy needed (x_reads), when it says
+    label_mass: float | None = None  # x_label_mass
+    rotations: tuple[tuple[float, ...], ...] = ()  # cyclic: each shift's, by position shown
 
     @property
     def labelled(self) -> Labelled:
-        return Labelled(self.kind, self.probabilities, self.gold)
+        return Labelled(self.kind, self.probabilities, self.gold, self.label_mass)
 
 
 class Progress:
@@ -92,8 +95,11 @@ def _reading(item: Item, body: dict[str, Any]) -> Reading:
         probs: tuple[float, ...] = (p_true, 1.0 - p_true)
     else:
         probs = tuple(float(answer["probabilities"][name]) for name in item.names)
+    mass = answer.get("x_label_mass")
     return Reading(item.kind, probs, item.gold, answer.get("x_prompt_format_version"),
-                   answer.get("x_reads"))
+                   answer.get("x_reads"), None if mass is None else float(mass),
+                   tuple(tuple(float(p) for p in r["by_position"])
+                         for r in answer.get("x_rotations") or ()))
 
 
 def _read_one(client: httpx.Client, item: Item, extra: dict[str, Any]) -> Reading:

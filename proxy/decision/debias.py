@@ -1,8 +1,16 @@
-"""Position debiasing: read a question under several cyclic orders of its options
-and average what each order said about each option.
+"""Position debiasing: three ways to keep the order of the options out of the answer.
 
-Small models favour the option shown first whatever the question; showing
-every option in every position, equally often, cancels that preference out.
+Small models favour the option shown first whatever the question.
+
+- ``cyclic``: read the question under several cyclic orders of its options and
+  average what each order said about each option (one read per rotation).
+- ``pride`` (Zheng et al., "Large Language Models Are Not Robust Multiple Choice
+  Selectors", ICLR 2024): estimate the model's prior over positions once, from
+  cyclic reads of a small sample (no labels needed: ``position_prior``), store it
+  in the calibration profile, and divide it out of every later single read.
+- ``contextual`` (Zhao et al., "Calibrate Before Use", ICML 2021): read the same
+  question about a content-free input ("N/A"), and divide that answer out of
+  every answer to the same question template (one extra read per template).
 """
 
 from __future__ import annotations
@@ -14,27 +22,45 @@ from dataclasses import replace
 from .question import Question
 from .readout import Decision
 
-__all__ = ["MAX_DEFAULT_ROTATIONS", "DebiasError", "parse_debias", "shifts", "rotate", "average"]
+__all__ = [
+    "MAX_DEFAULT_ROTATIONS",
+    "METHODS",
+    "DebiasError",
+    "parse_debias",
+    "shifts",
+    "rotate",
+    "average",
+    "divided",
+    "divide_out",
+    "question_prior",
+    "position_prior",
+]
 
 MAX_DEFAULT_ROTATIONS = 8
+METHODS = ("cyclic", "pride", "contextual")
 
 
 class DebiasError(ValueError):
     pass
 
 
-def parse_debias(spec: object, n_options: int) -> list[int]:
-    """``None`` (no debiasing), ``"cyclic"`` or ``{"method": "cyclic", "rotations": k}``."""
+def parse_debias(spec: object, n_options: int) -> tuple[str | None, list[int]]:
+    """The method and, for ``cyclic``, the shifts to read: ``None`` (no debiasing),
+    ``"cyclic"``, ``{"method": "cyclic", "rotations": k}``, ``"pride"`` (the profile's
+    position prior) or ``"contextual"`` (a content-free read per question template)."""
     if spec is None:
-        return []
+        return None, []
     if spec == "cyclic":
-        return shifts(n_options)
+        return "cyclic", shifts(n_options)
+    if spec in ("pride", "contextual"):
+        return str(spec), []
     if isinstance(spec, dict) and spec.get("method") == "cyclic" and set(spec) <= {"method", "rotations"}:
         k = spec.get("rotations")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
             raise DebiasError("rotations must be an integer")
-        return shifts(n_options, k)
-    raise DebiasError('debias must be "cyclic" or {"method": "cyclic", "rotations": k}')
+        return "cyclic", shifts(n_options, k)
+    raise DebiasError('debias must be "cyclic", {"method": "cyclic", "rotations": k}, '
+                      '"pride" or "contextual"')
 
 
 def shifts(n_options: int, rotations: int | None = None) -> list[int]:
@@ -73,3 +99,51 @@ def average(question: Question, reads: Sequence[tuple[int, Decision]]) -> Decisi
     best = max(range(n), key=lambda i: probs[i])
     mass = math.fsum(d.label_mass for _, d in reads) / k
     return Decision(question, tuple(probs), mass, best)
+
+
+def divided(probabilities: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """A preference divided out, position by position: p'_i = (p_i / w_i) / sum_j (p_j / w_j),
+    w the position prior (PriDe) or the content-free answer (contextual calibration:
+    W = diag(p_cf)^-1, b = 0)."""
+    if len(weights) != len(probabilities) or not all(w > 0 for w in weights):
+        raise ValueError("one positive weight per option")
+    raw = [p / w for p, w in zip(probabilities, weights)]
+    total = math.fsum(raw)
+    return [r / total for r in raw]
+
+
+def divide_out(decision: Decision, weights: Sequence[float]) -> Decision:
+    """The decision with ``divided`` probabilities; the label mass stays the read's, the
+    choice is their argmax (first on ties)."""
+    out = tuple(divided(decision.probabilities, weights))
+    best = max(range(len(out)), key=lambda i: out[i])
+    return Decision(decision.question, out, decision.label_mass, best)
+
+
+def question_prior(rotations: Sequence[Sequence[float]]) -> list[float]:
+    """One question's prior over positions, from its reads under every cyclic shift (each
+    read's probabilities by position shown): softmax_i((1/|I|) sum_I log p_I(position i)),
+    Zheng et al.'s estimate (the option's own merit cancels over the shifts)."""
+    if not rotations:
+        raise ValueError("no reads")
+    n = len(rotations[0])
+    if any(len(r) != n for r in rotations):
+        raise ValueError("every read needs one probability per position")
+    logs = [math.fsum(math.log(max(r[i], 1e-300)) for r in rotations) / len(rotations)
+            for i in range(n)]
+    top = max(logs)
+    weights = [math.exp(x - top) for x in logs]
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
+def position_prior(questions: Sequence[Sequence[Sequence[float]]]) -> list[float]:
+    """The model's prior over positions: the mean over the sample's questions of
+    ``question_prior`` (all with the same number of options)."""
+    if not questions:
+        raise ValueError("no questions")
+    priors = [question_prior(q) for q in questions]
+    n = len(priors[0])
+    if any(len(p) != n for p in priors):
+        raise ValueError("one option count per prior")
+    return [math.fsum(p[i] for p in priors) / len(priors) for i in range(n)]

@@ -23,3 +23,8 @@ class Outcome:
     reads: int  # upstream reads needed to know every label exactly
     calibration: dict[str, str] | None = None  # {"profile", "method"} once calibrated
     route: str | None = None  # "auto" | "review", from the profile's threshold
+    route_reason: str | None = None  # why (profile.ROUTE_REASONS)
+    debias: str | None = None  # the debiasing applied: "cyclic", "pride", "contextual"
+    debias_note: str = ""  # why it is not the one asked for, when it is not
+    # cyclic reads: (shift, probabilities by position shown), for estimating a position prior
+    rotations: tuple[tuple[int, tuple[float, ...]], ...] = ()

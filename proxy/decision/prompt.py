@@ -13,12 +13,14 @@ labels are checked to be single tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .question import Question
 
 __all__ = [
+    "CONTENT_FREE",
+    "content_free",
     "PROMPT_FORMAT_VERSION",
     "ANSWER_INSTRUCTION",
     "options_block",
@@ -27,6 +29,8 @@ __all__ = [
     "STATE_HEADER",
     "state_messages",
 ]
+
+CONTENT_FREE = "N/A"  # the content-free input of contextual calibration (Zhao et al.)
 
 PROMPT_FORMAT_VERSION = "semif-1"
 ANSWER_INSTRUCTION = "Answer with the label of the best option only."
@@ -75,6 +79,17 @@ def answer_context(rendered_prompt: str) -> str:
     if at < 0:
         raise ValueError("the rendered prompt lost the answer instruction")
     return rendered_prompt[at + len(ANSWER_INSTRUCTION):]
+
+
+def content_free(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with its last user turn's content replaced by the content-free
+    input "N/A" (contextual calibration; the last turn when no turn is the user's)."""
+    out = [dict(m) for m in messages]
+    users = [i for i, m in enumerate(out) if m.get("role") == "user"]
+    at = users[-1] if users else len(out) - 1
+    if at >= 0:
+        out[at]["content"] = CONTENT_FREE
+    return out
 
 
 def state_messages(state_text: str) -> list[dict[str, Any]]:

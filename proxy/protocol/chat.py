@@ -25,6 +25,11 @@ def semif_object(outcome: Outcome) -> dict[str, Any]:
     if outcome.calibration is not None:
         answer["calibration"] = outcome.calibration
         answer["route"] = outcome.route
+        answer["route_reason"] = outcome.route_reason
+    if outcome.debias is not None:
+        answer["debias"] = outcome.debias
+        if outcome.debias_note:
+            answer["debias_note"] = outcome.debias_note
     answer["prompt_format_version"] = PROMPT_FORMAT_VERSION
     return answer
 

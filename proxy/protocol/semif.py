@@ -4,8 +4,10 @@
         "type": "choice" | "noul" | "score",       # default "choice"
         "options": [...] | {name: description},    # noul: optional {"true":..,"false":..}
         "temperature": 1.0,                        # positive, finite
-        "debias": "cyclic" | {"method": "cyclic", "rotations": k},   # optional
-        "calibration": "profile-name" | "none"     # optional
+        "debias": "cyclic" | {"method": "cyclic", "rotations": k}
+                  | "pride" | "contextual",         # optional (decision/debias.py)
+        "calibration": "profile-name" | "none",    # optional
+        "label_mass_floor": 0.3                    # optional, overrides the profile's
     }
 
 ``parse_semif`` turns it into a ``SemifCall`` or raises ``InvalidRequest`` whose
@@ -15,10 +17,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..decision.debias import DebiasError, parse_debias
 from ..decision.question import (
@@ -44,6 +46,7 @@ class SemifSpec(BaseModel):
     temperature: Any = 1.0
     debias: Any = None
     calibration: str | None = None
+    label_mass_floor: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class SemifCall:
     question: Question
     debias: tuple[int, ...]  # cyclic shifts to read and average; empty: read once
     calibration: str | None
+    debias_method: str | None = None  # "cyclic", "pride", "contextual" or None
+    label_mass_floor: float | None = None  # overrides the profile's
 
 
 # Valid calls by their JSON text: most traffic repeats the same few questions,
@@ -93,10 +98,10 @@ def _parse(raw: dict[str, Any]) -> SemifCall:
     try:
         if spec.debias is not None and question.kind == "score":
             raise DebiasError("score levels are ordered; debias applies to choice and noul")
-        debias = tuple(parse_debias(spec.debias, len(question.names)))
+        method, shifts = parse_debias(spec.debias, len(question.names))
     except DebiasError as exc:
         raise InvalidRequest(f"semif.debias: {exc}", param="semif.debias") from exc
-    return SemifCall(question, debias, spec.calibration)
+    return SemifCall(question, tuple(shifts), spec.calibration, method, spec.label_mass_floor)
 
 
 def refuse_incompatible(body: dict[str, Any]) -> None:

@@ -7,8 +7,9 @@
 question builders; every failure becomes ``Unprocessable`` with FastAPI-style
 ``{loc, msg, type}`` entries whose ``loc`` starts with ``"body"``. Unknown
 top-level fields are ignored, as the API does. Extensions: ``x_debias``
-(``"cyclic"`` or ``{"method": "cyclic", "rotations": k}``; applies to choice
-and noul questions, score levels keep their order) and ``x_calibration``.
+(``"cyclic"``, ``{"method": "cyclic", "rotations": k}``, ``"pride"`` or
+``"contextual"``; applies to choice and noul questions, score levels keep their
+order), ``x_calibration`` and ``x_label_mass_floor`` (overrides the profile's).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class _Request(BaseModel):
     state: Any
     x_debias: Any = None
     x_calibration: str | None = None
+    x_label_mass_floor: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
     questions: Annotated[
         dict[str, Annotated[_Choice | _Score | _Noul, Field(discriminator="type")]],
         Field(min_length=1, max_length=MAX_QUESTIONS),
@@ -86,6 +88,8 @@ class SystemOneCall:
     questions: dict[str, Question]
     debias: dict[str, tuple[int, ...]]  # question id -> cyclic shifts (absent: read once)
     calibration: str | None
+    debias_method: str | None = None  # "cyclic", "pride", "contextual" or None
+    label_mass_floor: float | None = None  # overrides the profile's
 
 
 _BUILDERS = {"choice": choice_question, "score": score_question, "noul": noul_question}
@@ -108,14 +112,16 @@ def parse_request(body: dict[str, Any]) -> SystemOneCall:
     if details:
         raise Unprocessable(details)
     try:
-        debias = {qid: tuple(parse_debias(request.x_debias, len(q.names)))
+        parsed = {qid: parse_debias(request.x_debias, len(q.names))
                   for qid, q in questions.items() if q.kind != "score"}
     except DebiasError as err:
         raise Unprocessable(
             [{"loc": ["body", "x_debias"], "msg": str(err), "type": "value_error"}]
         ) from err
+    method = next((m for m, _ in parsed.values()), None)  # the same for every question
     return SystemOneCall(request.model, as_text(request.state), questions,
-                         {qid: d for qid, d in debias.items() if d}, request.x_calibration)
+                         {qid: tuple(d) for qid, (_, d) in parsed.items() if d},
+                         request.x_calibration, method, request.x_label_mass_floor)
 
 
 def _detail(error: Any) -> dict[str, Any]:
@@ -131,6 +137,14 @@ def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
         if outcome.calibration is not None:
             answer["x_calibration"] = outcome.calibration
             answer["x_route"] = outcome.route
+            answer["x_route_reason"] = outcome.route_reason
+        if outcome.debias is not None:
+            answer["x_debias"] = outcome.debias
+            if outcome.debias_note:
+                answer["x_debias_note"] = outcome.debias_note
+        if outcome.rotations:
+            answer["x_rotations"] = [{"shift": s, "by_position": list(p)}
+                                     for s, p in outcome.rotations]
         answer["x_prompt_format_version"] = PROMPT_FORMAT_VERSION
         answer["x_prompt_tokens"] = outcome.prompt_tokens  # what a replay must tokenise to
         answers[qid] = answer

@@ -52,8 +52,10 @@ async def chat_decision(
     profile = store.select(call.calibration, param="semif.calibration")
     if profile is not None:
         store.check(profile, await service.model(), param="semif.calibration")
+    plan = debias_for(profile, call.question, call.debias_method, call.debias,
+                      param="semif.debias")
     outcome = calibrate(profile, await service.decide(
         body["messages"], call.question, body.get("chat_template_kwargs"),
-        debias=debias_for(profile, call.question, call.debias),
-    ))
+        debias=plan.shifts, contextual=plan.method == "contextual",
+    ), plan, call.label_mass_floor)
     return outcome, model, stream

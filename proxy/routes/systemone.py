@@ -78,8 +78,13 @@ async def system_one_answer(
     profile = store.select(call.calibration, param="x_calibration")
     if profile is not None:
         store.check(profile, info, param="x_calibration")
-    debias = {qid: debias_for(profile, q, call.debias.get(qid, ()))
-              for qid, q in call.questions.items()}
-    outcomes = await app[SERVICE].decide_many(call.state_text, call.questions, debias=debias)
-    calibrated = {qid: calibrate(profile, outcome) for qid, outcome in outcomes.items()}
+    plans = {qid: debias_for(profile, q, call.debias_method, call.debias.get(qid, ()),
+                             param="x_debias")
+             for qid, q in call.questions.items()}
+    outcomes = await app[SERVICE].decide_many(
+        call.state_text, call.questions,
+        debias={qid: plan.shifts for qid, plan in plans.items() if plan.shifts},
+        contextual=frozenset(qid for qid, plan in plans.items() if plan.method == "contextual"))
+    calibrated = {qid: calibrate(profile, outcome, plans[qid], call.label_mass_floor)
+                  for qid, outcome in outcomes.items()}
     return response_body(call.model or DEFAULT_MODEL, calibrated)

@@ -13,10 +13,13 @@ import pytest
 
 from proxy.calibration.cli import fit_profile, main
 from proxy.calibration.dataset import DataError, load_items, parse_item
-from proxy.calibration.fit import Labelled
+from proxy.calibration.fit import Labelled, split_roles
+from proxy.calibration.metrics import accuracy, negative_log_likelihood
 from proxy.calibration.profile import load
 from proxy.calibration.report import write_report
 from proxy.decision.prompt import PROMPT_FORMAT_VERSION
+from scripts.stack import stop
+from tests.conftest import launch_proxy
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SETS = ["tickets.jsonl", "sentiment.jsonl", "yesno.jsonl"]
@@ -98,10 +101,12 @@ def test_report_compares_reads_with_and_without_debiasing(tmp_path):
     paths = write_report(tmp_path, fitted.profile, fitted.fit, fitted.plain)
     text = paths["report"].read_text()
     assert "## Position bias" in text
-    assert "| choice | without debiasing | 100% | 0% | 0% |" in text
-    first = sum(r.gold == 0 for r in plain) / len(plain)  # debiased reads pick A exactly then
-    assert f"| choice | with cyclic debiasing | {first:.0%} | {1 - first:.0%} | 0% |" in text
-    assert fitted.profile.metrics["without_debias"]["before"]["all"]["n"] == 150
+    test = fitted.fit.indices("test")
+    n = len(test)
+    assert f"| choice | {n} | without debiasing | 100% | 0% | 0% |" in text
+    first = sum(plain[i].gold == 0 for i in test) / n  # debiased reads pick A exactly then
+    assert f"| choice | {n} | cyclic debiasing | {first:.0%} | {1 - first:.0%} | 0% |" in text
+    assert fitted.profile.metrics["without_debias"]["before"]["all"]["accuracy"]["n"] == n == 44  # 30% of each gold group, rounded
 
 
 @pytest.fixture(scope="module")
@@ -131,21 +136,63 @@ def test_calibrate_reads_fits_and_writes_profile_and_report(proxy_url, calibrate
     assert profile.debias is None and set(profile.calibration) == {"choice", "score", "noul"}
     assert profile.threshold.target_accuracy == 0.95
 
-    before, after = profile.metrics["before"], profile.metrics["after"]
-    assert before["all"]["n"] == after["all"]["n"] == 60
-    # A method is kept for a question type only if it lowers that type's held-out NLL
-    # without raising its ECE. The NLL of all items is the types' NLLs weighted by
-    # their counts, so it cannot rise either; the ECE of all items can (its bins mix
-    # the types).
-    for kind in ("choice", "score", "noul"):
-        assert after[kind]["ece"] <= before[kind]["ece"] + 1e-12, (kind, before, after)
-        assert after[kind]["nll"] <= before[kind]["nll"] + 1e-12, (kind, before, after)
-    assert after["all"]["nll"] <= before["all"]["nll"] + 1e-12
+    # the maps were fitted on the fit split only: counted here from the data itself
+    items = load_items([subset])
+    is_test = split_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items], 0.3, 1)
+    for kind, entry in profile.calibration.items():
+        assert entry.n_items == sum(1 for i, t in zip(items, is_test) if i.kind == kind and not t)
+    assert profile.threshold.source.startswith("cross-validated answers of the fit split (42 ")
 
     report = (out / "it-subset.report.md").read_text()
-    for section in ("## Methods", "## Held-out metrics", "## Automation threshold",
-                    "## Reliability", "it-subset.reliability.png", "it-subset.coverage.png"):
+    for section in ("## Methods", "## Held-out test split", "## Automation threshold",
+                    "## Label-mass floor", "## Reliability", "it-subset.reliability.png",
+                    "it-subset.coverage.png", "held-out test split: 18 items"):
         assert section in report
     for png in ("it-subset.reliability.png", "it-subset.coverage.png"):
         width, height = _png_size(out / png)
         assert width >= 500 and height >= 300
+
+
+@pytest.fixture
+def serving_the_profile(llama, logs_dir, calibrated):
+    subset, out = calibrated
+    proc, url, log = launch_proxy(logs_dir, llama.url, "--calibration-dir", str(out))
+    yield url
+    stop(proc)
+    log.close()
+
+
+def test_the_reported_figures_are_what_serving_the_profile_gives_on_the_test_items(
+        serving_the_profile, calibrated):
+    """Read the held-out items again through the proxy with the profile applied: their
+    accuracy and NLL, and the routes, must be the ones the profile reports (reads are
+    repeatable), so the report describes what serving does, on items no choice saw."""
+    subset, out = calibrated
+    profile = load("it-subset", out)
+    items = load_items([subset])
+    is_test = split_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items], 0.3, 1)
+    probs, golds, routes = [], [], []
+    with httpx.Client(base_url=serving_the_profile, timeout=120) as client:
+        for item, test in zip(items, is_test):
+            if not test:
+                continue
+            answer = client.post("/v1/systemone", json={**item.body, "x_calibration": "it-subset"})
+            assert answer.status_code == 200, answer.text
+            got = answer.json()["answers"][item.qid]
+            if item.kind == "noul":
+                p = (got["noul"], 1 - got["noul"])
+            else:
+                p = tuple(got["probabilities"][name] for name in item.names)
+            probs.append(p)
+            golds.append(item.gold)
+            routes.append((got["x_route"], got["x_route_reason"], got["x_label_mass"]))
+    after = profile.metrics["after"]["all"]
+    assert after["accuracy"]["n"] == len(golds) == 18
+    assert after["accuracy"]["value"] == pytest.approx(accuracy(probs, golds), abs=1e-9)
+    assert after["nll"]["value"] == pytest.approx(negative_log_likelihood(probs, golds), rel=1e-6)
+    assert after["nll"]["low"] <= after["nll"]["value"] <= after["nll"]["high"]
+    floor = profile.label_mass_floor
+    assert sum(mass < floor for _, _, mass in routes) == profile.threshold.test["below_floor"]
+    assert all((reason == "label_mass") == (mass < floor) for _, reason, mass in routes)
+    automated = sum(route == "auto" for route, _, _ in routes)
+    assert automated == profile.threshold.test["count"]

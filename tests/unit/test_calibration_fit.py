@@ -5,8 +5,8 @@ import pytest
 
 from proxy.calibration.fit import (
     Labelled,
-    choose_threshold,
     fit_calibration,
+    fit_label_mass_floor,
     fit_isotonic,
     fit_kind,
     fit_method,
@@ -14,6 +14,7 @@ from proxy.calibration.fit import (
     fit_temperature,
     fold_ids,
     held_out,
+    split_roles,
 )
 from proxy.calibration.metrics import negative_log_likelihood, top_index
 from proxy.calibration.transform import (
@@ -203,39 +204,77 @@ def test_too_few_items_stay_uncalibrated():
     assert (fit.method, fit.params) == ("none", {}) and "too few" in fit.note
 
 
-@pytest.mark.parametrize(
-    ("target", "min_count", "threshold", "coverage", "count"),
-    [(0.5, 1, 0.6, 1.0, 4), (0.6, 1, 0.8, 0.75, 3), (0.95, 1, 0.9, 0.25, 1), (1.0, 1, 0.9, 0.25, 1),
-     (0.6, 3, 0.8, 0.75, 3), (0.6, 4, None, 0.0, 0),
-     (0.95, 2, None, 0.0, 0)],  # one right answer at the top is not enough
-)
-def test_choose_threshold_is_the_smallest_that_reaches_the_target(
-        target, min_count, threshold, coverage, count):
-    probs = [[0.9, 0.1], [0.8, 0.2], [0.2, 0.8], [0.6, 0.4]]  # right, wrong, right, wrong
-    chosen = choose_threshold(probs, [0, 1, 1, 1], target, min_count)
-    assert (chosen.threshold, chosen.coverage, chosen.count) == (threshold, coverage, count)
-
-
-def test_choose_threshold_says_when_the_target_is_out_of_reach():
-    chosen = choose_threshold([[0.9, 0.1], [0.6, 0.4]], [1, 1], 0.95)
-    assert chosen.threshold is None and chosen.coverage == 0.0 and chosen.accuracy is None
+def _items(seed=0):
+    choice_p, choice_g = _synthetic(8, 200, 2.5)
+    noul_p, noul_g = _synthetic(9, 120, 2.0, k=2)
+    items = [Labelled("choice", tuple(p), g, 0.9) for p, g in zip(choice_p, choice_g)]
+    items += [Labelled("noul", tuple(p), g, 0.8) for p, g in zip(noul_p, noul_g)]
+    random.Random(seed).shuffle(items)
+    return items
 
 
 def test_fit_calibration_fits_each_type_and_keeps_item_order():
-    choice_p, choice_g = _synthetic(8, 200, 2.5)
-    noul_p, noul_g = _synthetic(9, 120, 2.0, k=2)
-    items = [Labelled("choice", tuple(p), g) for p, g in zip(choice_p, choice_g)]
-    items += [Labelled("noul", tuple(p), g) for p, g in zip(noul_p, noul_g)]
-    random.Random(0).shuffle(items)
+    items = _items()
     fit = fit_calibration(items, folds=5, seed=0, target_accuracy=0.9)
     assert set(fit.kinds) == {"choice", "noul"}
     assert fit.golds == [i.gold for i in items]
     assert fit.before == [list(i.probabilities) for i in items]
     for item, after in zip(items, fit.after):
         assert len(after) == len(item.probabilities)
-    metrics = fit.metrics("after")
-    assert set(metrics) == {"all", "choice", "noul"} and metrics["all"]["n"] == 320
-    assert metrics["all"]["nll"] < fit.metrics("before")["all"]["nll"]
+    test = fit.metrics("after")  # the held-out test split
+    assert set(test) == {"all", "choice", "noul"} and test["all"]["n"] == 96  # 30% of 320
+    assert fit.metrics("after", "fit")["all"]["n"] == 224
+    assert test["all"]["nll"] < fit.metrics("before")["all"]["nll"]
+    assert fit.kinds["choice"].n == 140  # the map was fitted on the fit split only
+    ci = fit.intervals("after")["all"]["nll"]
+    assert ci.n == 96 and ci.value == pytest.approx(test["all"]["nll"], **EXACT)
+    assert ci.low < ci.value < ci.high
+
+
+def test_nothing_chosen_depends_on_the_test_split():
+    items = _items()
+    fit = fit_calibration(items, seed=0, target_accuracy=0.6)
+    # rewrite every test item's answer and label mass (the split is drawn within golds)
+    flipped = [Labelled(it.kind, tuple(reversed(it.probabilities)), it.gold, 0.01) if t else it
+               for it, t in zip(items, fit.is_test)]
+    refit = fit_calibration(flipped, seed=0, target_accuracy=0.6)
+    assert refit.is_test == fit.is_test
+    assert {k: (f.method, f.params) for k, f in refit.kinds.items()} == {
+        k: (f.method, f.params) for k, f in fit.kinds.items()}
+    assert refit.threshold == fit.threshold and refit.label_mass_floor == fit.label_mass_floor
+    assert refit.metrics("after") != fit.metrics("after")  # the report sees them
+
+
+@pytest.mark.parametrize(("sizes", "share", "expected"),
+                         [({0: 10, 1: 10}, 0.3, {0: 3, 1: 3}), ({0: 7, 1: 1}, 0.3, {0: 2, 1: 0}),
+                          ({0: 5}, 0.5, {0: 2})])  # round half to even
+def test_the_test_split_is_drawn_within_each_gold_answer(sizes, share, expected):
+    items = [Labelled("noul", (0.5, 0.5), g) for g, n in sizes.items() for _ in range(n)]
+    roles = split_roles(items, share, seed=4)
+    assert {g: sum(t for it, t in zip(items, roles) if it.gold == g) for g in sizes} == expected
+    assert split_roles(items, share, seed=4) == roles
+
+
+@pytest.mark.parametrize(("masses", "floor"),
+                         [([i / 100 for i in range(1, 101)], 0.01 + 0.05 * 99 * 0.01),
+                          ([0.99] * 20, 0.5), ([], 0.0), ([0.2, 0.4], 0.21)])
+def test_the_default_label_mass_floor(masses, floor):
+    assert fit_label_mass_floor(masses) == pytest.approx(floor, **EXACT)
+
+
+def test_answers_below_the_floor_are_left_out_of_the_threshold_and_counted_on_test():
+    items = [Labelled("noul", (0.99, 0.01), 0, 0.9)] * 80 + [
+        Labelled("noul", (0.99, 0.01), 1, 0.05)] * 20  # confidently wrong, little label mass
+    fit = fit_calibration(items, methods=["temperature"], seed=1, target_accuracy=0.9,
+                          label_mass_floor=0.1)
+    assert fit.threshold.threshold is not None and fit.threshold.accuracy == 1.0
+    assert fit.threshold.coverage == pytest.approx(56 / 70, **EXACT)
+    on_test = fit.threshold_on_test()
+    assert (on_test["n"], on_test["below_floor"], on_test["count"]) == (30, 6, 24)
+    assert on_test["below_floor_accuracy"] == 0.0 and on_test["accuracy"] == 1.0
+    unfloored = fit_calibration(items, methods=["temperature"], seed=1, target_accuracy=0.9,
+                                label_mass_floor=0.0)
+    assert unfloored.threshold.threshold is None  # 20% wrong at the top
 
 
 @pytest.mark.parametrize("kwargs", [{"folds": 1}, {"methods": ["magic"]}])

@@ -58,7 +58,9 @@ def test_round_trip_through_the_file(tmp_path):
     assert data["calibration"]["choice"] == {"method": "temperature",
                                              "params": {"temperature": 2.0}, "n_items": 120}
     assert data["threshold"] == {"target_accuracy": 0.95, "threshold": 0.8, "coverage": 0.4,
-                                 "accuracy": 0.96, "count": 96, "min_count": 10}
+                                 "accuracy": 0.96, "count": 96, "min_count": 10,
+                                 "level": None, "lower_bound": None, "source": "", "test": {}}
+    assert data["label_mass_floor"] == 0.0 and data["position_prior"] == {}
     assert [p.name for p in tmp_path.iterdir()] == ["tickets.json"]  # no temporary file left
 
 
@@ -107,7 +109,34 @@ def test_apply_refuses_an_unknown_type():
      (0.8, [0.1, 0.9], "auto"), (None, [1.0, 0.0], "review")],
 )
 def test_route_by_the_threshold(threshold, probs, expected):
-    assert route(_profile(threshold=threshold), probs) == expected
+    reason = {"auto": "above_threshold", "review": "below_threshold"}[expected]
+    if threshold is None:
+        reason = "no_threshold"
+    assert route(_profile(threshold=threshold), probs, 1.0) == (expected, reason)
+
+
+@pytest.mark.parametrize(
+    ("floor", "override", "mass", "expected"),
+    [(0.3, None, 0.29, ("review", "label_mass")), (0.3, None, 0.3, ("auto", "above_threshold")),
+     (0.3, 0.0, 0.02, ("auto", "above_threshold")),  # the request lowers the floor
+     (0.0, 0.5, 0.4, ("review", "label_mass")),  # ... or raises it
+     (0.0, None, 0.0, ("auto", "above_threshold"))],
+)
+def test_an_answer_below_the_label_mass_floor_goes_to_review(floor, override, mass, expected):
+    profile = replace(_profile(threshold=0.8), label_mass_floor=floor)
+    assert route(profile, [0.99, 0.01], mass, override) == expected
+
+
+def test_the_new_fields_round_trip(tmp_path):
+    profile = replace(
+        _profile(), debias="pride", label_mass_floor=0.31,
+        position_prior={"choice": {4: (0.4, 0.3, 0.2, 0.1)}, "noul": {2: (0.6, 0.4)}},
+        threshold=Threshold(0.9, 0.7, 0.5, 0.95, 120, 10, 0.95, 0.91, "cv answers",
+                            {"n": 50, "count": 20}))
+    path = save(profile, tmp_path)
+    assert load("tickets", tmp_path) == profile
+    assert json.loads(path.read_text())["position_prior"]["choice"] == {"4": [0.4, 0.3, 0.2, 0.1]}
+    assert profile.prior("choice", 4) == (0.4, 0.3, 0.2, 0.1) and profile.prior("choice", 3) is None
 
 
 @pytest.mark.parametrize(
@@ -190,6 +219,11 @@ def _corrupt(data, path, value):
         (("model",), KeyError),
         (("model",), 3),
         (("debias",), "random"),
+        (("debias",), "pride"),  # without a position prior
+        (("position_prior",), {"choice": {"3": [0.5, 0.5]}}),
+        (("position_prior",), {"choice": {"2": [0.7, 0.7]}}),
+        (("position_prior",), {"score": {"2": [0.5, 0.5]}}),
+        (("label_mass_floor",), 1.5),
         (("name",), "other"),  # the file holds another profile
         (("llama_build",), 11434),
     ],
