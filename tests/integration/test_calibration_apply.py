@@ -19,14 +19,18 @@ QUESTIONS = {
 }
 
 
-def _profile(name, model, *, version=PROMPT_FORMAT_VERSION, threshold=None, debias=None):
+PRIOR = (0.5, 0.3, 0.2)
+
+
+def _profile(name, model, *, version=PROMPT_FORMAT_VERSION, threshold=None, debias=None,
+             **extra):
     temperature = {"method": "temperature", "params": {"temperature": 3.0}}
     return Profile(
         name=name, model=model, prompt_format_version=version, created="2026-11-30T00:00:00Z",
         data_sha256="0" * 64,
         calibration={k: KindCalibration(**temperature) for k in ("choice", "noul", "score")},
         threshold=Threshold(target_accuracy=0.95, threshold=threshold, coverage=0.5),
-        debias=debias,
+        debias=debias, **extra,
     )
 
 
@@ -37,6 +41,9 @@ def calibrated(llama, logs_dir, tmp_path_factory):
     save(_profile("flat", model, threshold=0.0), folder)
     save(_profile("strict", model, threshold=1.0), folder)
     save(_profile("debiased", model, threshold=0.0, debias="cyclic"), folder)
+    save(_profile("pride", model, threshold=0.0, debias="pride",
+                  position_prior={"choice": {3: PRIOR}}), folder)
+    save(_profile("floored", model, threshold=0.0, label_mass_floor=1.0), folder)
     save(_profile("other-model", "/models/qwen3-4b.gguf"), folder)
     save(_profile("old-prompt", model, version="semif-0"), folder)
     proc, url, log = launch_proxy(logs_dir, llama.url, "--calibration-dir", str(folder),
@@ -83,12 +90,41 @@ def test_profile_fitted_debiased_reads_debiased(calibrated):
     assert answers["team"]["x_reads"] == 3 and answers["refund"]["x_reads"] == 2
 
 
+def test_a_pride_profile_divides_its_prior_out_of_one_read(calibrated):
+    raw = _ask(calibrated, x_calibration="none")["team"]
+    answers = _ask(calibrated, x_calibration="pride")
+    team = answers["team"]
+    assert team["x_debias"] == "pride" and team["x_reads"] == raw["x_reads"]
+    names = list(QUESTIONS["team"]["criteria"])
+    divided = [raw["probabilities"][n] / w for n, w in zip(names, PRIOR)]
+    rooted = [(x / math.fsum(divided)) ** (1 / 3) for x in divided]  # then temperature 3
+    for n, x in zip(names, rooted):
+        assert team["probabilities"][n] == pytest.approx(x / math.fsum(rooted), rel=1e-9)
+    # no prior for two options: read cyclically, and the answer says why
+    assert answers["refund"]["x_debias"] == "cyclic" and answers["refund"]["x_reads"] == 2
+    assert "no position prior for noul questions with 2 options" in answers["refund"][
+        "x_debias_note"]
+
+
+def test_the_label_mass_floor_routes_to_review_and_a_request_can_lower_it(calibrated):
+    floored = _ask(calibrated, x_calibration="floored")["team"]
+    assert (floored["x_route"], floored["x_route_reason"]) == ("review", "label_mass")
+    assert floored["x_label_mass"] < 1.0  # the grammar excluded the rest of the vocabulary
+    lowered = _ask(calibrated, x_calibration="floored", x_label_mass_floor=0.0)["team"]
+    assert (lowered["x_route"], lowered["x_route_reason"]) == ("auto", "above_threshold")
+    body = {"messages": [{"role": "user", "content": STATE}],
+            "semif": {"options": ["billing", "shipping"], "calibration": "floored",
+                      "label_mass_floor": 2}}
+    bad = httpx.post(calibrated + "/v1/chat/completions", json=body, timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "semif.label_mass_floor"
+
+
 def test_chat_semif_takes_a_profile(calibrated):
     body = {"messages": [{"role": "user", "content": STATE}],
             "semif": {"options": ["billing", "shipping"], "calibration": "strict"}}
     semif = httpx.post(calibrated + "/v1/chat/completions", json=body, timeout=60).json()["semif"]
     assert semif["calibration"] == {"profile": "strict", "method": "temperature"}
-    assert semif["route"] == "review"
+    assert (semif["route"], semif["route_reason"]) == ("review", "below_threshold")
 
 
 @pytest.mark.parametrize(

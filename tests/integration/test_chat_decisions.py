@@ -6,8 +6,6 @@ import httpx
 import openai
 import pytest
 
-from proxy.decision.prompt import append_to_conversation, options_block
-from proxy.decision.question import choice_question
 
 TICKET = [{"role": "user", "content": "Ticket: I was charged twice for my order last week."}]
 
@@ -72,34 +70,73 @@ def test_temperature_divides_the_log_probabilities(client, llama):
     assert hot["choice"] == plain["choice"]
 
 
-def _direct_full_read(llama, semif_answer, options):
-    """Ask llama-server itself for the whole vocabulary's log-probabilities."""
-    labels = [semif_answer["labels"][name] for name in options]
-    convo = append_to_conversation(TICKET, options_block(choice_question(options), labels))
-    body = {
-        "messages": convo, "max_tokens": 1, "temperature": 0, "logprobs": True,
-        "top_logprobs": 49152, "chat_template_kwargs": {"enable_thinking": False},
-        "grammar": "root ::= " + " | ".join(f'"{lb}"' for lb in labels),
-    }
-    data = httpx.post(llama.url + "/v1/chat/completions", json=body, timeout=120).json()
-    top = data["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+def _written_out(options, labels):
+    """The decision prompt written out by hand from the documented format (not by the
+    proxy's own ``options_block``): the ticket, the question, one line per option."""
+    lines = "\n".join(f"{label}: {option}" for label, option in zip(labels, options))
+    block = (f"Which option fits best?\n\nOptions:\n{lines}\n\n"
+             "Answer with the label of the best option only.")
+    return [{"role": "user", "content": TICKET[0]["content"] + "\n\n" + block}], block
+
+
+def _post(llama, path, body):
+    resp = httpx.post(llama.url + path, json=body, timeout=300)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def _direct_full_read(llama, labels, options, slot=0):
+    """The whole vocabulary's log-probabilities at the answer position, straight from
+    llama-server's /completion, evaluated the way the proxy promises to evaluate every read
+    (docs/repeatability.md): the part before the question cold, the question's rows in
+    chunks of 2 to 63 tokens, the last token alone. Returns the labels' log-probabilities
+    and the number of prompt tokens."""
+    convo, block = _written_out(options, labels)
+    rendered = _post(llama, "/apply-template", {
+        "messages": convo, "chat_template_kwargs": {"enable_thinking": False}})["prompt"]
+    tokens = _post(llama, "/tokenize", {"content": rendered, "add_special": True})["tokens"]
+    before = _post(llama, "/tokenize", {"content": rendered[:rendered.rfind(block)],
+                                        "add_special": True})["tokens"]
+    shared = next(i for i, (a, b) in enumerate(zip(before, tokens)) if a != b) \
+        if before != tokens[:len(before)] else len(before)
+    base = {"id_slot": slot, "temperature": 0, "n_predict": 0}
+    _post(llama, "/completion", {**base, "prompt": tokens[:shared], "cache_prompt": False})
+    end, last = shared, len(tokens) - 1
+    while end < last:
+        size = min(50, last - end)
+        if last - end - size == 1:
+            size += 1  # never leave a one-token chunk
+        end += size
+        _post(llama, "/completion", {**base, "prompt": tokens[:end], "cache_prompt": True})
+    grammar = "root ::= " + " | ".join(f'"{label}"' for label in labels)
+    read = _post(llama, "/completion", {**base, "prompt": tokens, "cache_prompt": True,
+                                        "n_predict": 1, "n_probs": 49152, "grammar": grammar})
+    assert read["timings"]["prompt_n"] == 1  # the last token alone
+    top = read["completion_probabilities"][0]["top_logprobs"]
     assert len(top) == 49152
     by_token = {entry["token"]: entry["logprob"] for entry in top}
-    logprobs = [by_token[label] for label in labels]
-    total = math.fsum(math.exp(lp) for lp in logprobs)
-    return {name: math.exp(lp) / total for name, lp in zip(options, logprobs)}
+    everything = math.fsum(math.exp(entry["logprob"]) for entry in top)
+    return [by_token[label] for label in labels], len(tokens), everything
 
 
 @pytest.mark.parametrize("n", [26, 255])
 def test_every_option_is_exact_against_a_full_vocabulary_read(client, llama, n):
     options = [f"team {i:03d}" for i in range(n)]
     llama.wait_idle()  # an earlier test's generation would share (and change) the batch
-    _decide(client, {"options": options})  # warm the prompt cache: later reads are 1-token evals
-    semif = _decide(client, {"options": options}).model_extra["semif"]
+    resp = _decide(client, {"options": options})
+    semif = resp.model_extra["semif"]
     assert len(semif["probabilities"]) == n
-    direct = _direct_full_read(llama, semif, options)
-    for name in options:
-        assert semif["probabilities"][name] == pytest.approx(direct[name], abs=1e-6), name
+    labels = [semif["labels"][name] for name in options]
+    logprobs, prompt_tokens, everything = _direct_full_read(llama, labels, options)
+    assert resp.usage.prompt_tokens == prompt_tokens  # the written-out prompt is the proxy's
+    total = math.fsum(math.exp(lp) for lp in logprobs)
+    for name, lp in zip(options, logprobs):
+        assert semif["probabilities"][name] == pytest.approx(math.exp(lp) / total, rel=1e-9), name
+    # the log-probabilities come before the grammar: over the whole vocabulary they sum to
+    # 1, and the labels, though the grammar allowed nothing else, hold less than all of it
+    assert everything == pytest.approx(1.0, abs=1e-3)
+    assert semif["label_mass"] == pytest.approx(total, rel=1e-9)
+    assert semif["label_mass"] < 0.999
 
 
 def test_semif_stream_is_one_chunk_then_done(client):
