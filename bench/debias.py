@@ -8,8 +8,8 @@ tests/data/*.jsonl (score levels are ordered and never debiased) three times
 through ``POST /v1/systemone``: plain, ``x_debias: cyclic`` and ``x_debias:
 contextual``. The items are split as ``python -m proxy calibrate`` splits them
 (same seed and test share); PriDe's position prior is estimated from the cyclic
-reads of the calibrate command's sample of the fit split and divided out of the
-plain reads. Every figure is of the test split, on the probabilities as read
+reads of the calibrate command's sample of the items outside the test split and
+divided out of the plain reads. Every figure is of the test split, on the probabilities as read
 (no calibration map): the share of answers choosing each position, accuracy and
 ECE with 95% bootstrap intervals, and the upstream reads per question the proxy
 reported (``x_reads``). Results also go to bench/out/debias.json.
@@ -25,7 +25,7 @@ from _servers import ROOT, llama_server, proxy
 
 from proxy.calibration.cli import apply_priors, estimate_priors, prior_sample
 from proxy.calibration.dataset import load_items
-from proxy.calibration.fit import Labelled, split_roles
+from proxy.calibration.fit import THRESHOLD_SHARE, Labelled, assign_roles
 from proxy.calibration.metrics import accuracy, expected_calibration_error, top_index
 from proxy.calibration.read import read_answers
 from proxy.calibration.stats import bootstrap_interval
@@ -53,7 +53,7 @@ def table(answers: dict[str, list[Labelled]], reads: dict[str, float], is_test: 
           kinds: list[str]) -> list[str]:
     """One row per question type and way: n, position shares, accuracy, ECE, reads."""
     lines = ["| type | way | n | " + " | ".join(_POSITIONS) + " | accuracy | ECE | reads per "
-             "question |", "|" + "---|" * (8 + len(_POSITIONS) - 4)]
+             "question |", "|" + "---|" * (6 + len(_POSITIONS))]
     for kind in ("choice", "noul"):
         idx = [i for i, (k, t) in enumerate(zip(kinds, is_test)) if k == kind and t]
         if not idx:
@@ -84,8 +84,9 @@ def main() -> None:
     items = [i for i in load_items(sorted((ROOT / "tests" / "data").glob("*.jsonl")))
              if i.kind != "score"]
     kinds = [i.kind for i in items]
-    is_test = split_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items],
-                          args.test_share, args.seed)
+    roles = assign_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items],
+                         args.test_share, THRESHOLD_SHARE, args.seed)
+    is_test = [r == "test" for r in roles]
     sample = prior_sample(items, is_test, args.prior_sample, args.seed)
     with llama_server() as llama_url, proxy(llama_url) as proxy_url:
         read = {way: read_answers(items, proxy_url, debias=None if way == "none" else way,
@@ -93,7 +94,10 @@ def main() -> None:
                 for way in ("none", "cyclic", "contextual")}
     priors = estimate_priors([read["cyclic"][i] for i in sample])
     answers = {way: [r.labelled for r in got] for way, got in read.items()}
-    answers["pride"] = apply_priors(answers["none"], priors)
+    # as served: divided by the prior of the type and option count, else read cyclically
+    answers["pride"] = [cyclic if len(r.probabilities) not in priors.get(r.kind, {}) else r
+                        for r, cyclic in zip(apply_priors(answers["none"], priors),
+                                             answers["cyclic"])]
     # a noul answer carries P(true) only (P(false) is 1 - P(true) here, rounded): compare that
     same = sum((r.rotations[0] if r.kind == "choice" else r.rotations[0][:1])
                == (p.probabilities if r.kind == "choice" else p.probabilities[:1])
@@ -103,12 +107,14 @@ def main() -> None:
         idx = [i for i, (k, t) in enumerate(zip(kinds, is_test)) if k == kind and t]
         for way in ("none", "cyclic", "contextual"):
             reads[f"{kind}/{way}"] = sum(read[way][i].reads or 0 for i in idx) / max(1, len(idx))
-        reads[f"{kind}/pride"] = reads[f"{kind}/none"]
+        reads[f"{kind}/pride"] = sum(
+            (read["none"] if len(read["none"][i].probabilities) in priors.get(kind, {})
+             else read["cyclic"])[i].reads or 0 for i in idx) / max(1, len(idx))
     sample_reads = sum(read["cyclic"][i].reads or 0 for i in sample)
     lines = table(answers, reads, is_test, kinds)
     print(f"{len(items)} choice and noul items of tests/data, {sum(is_test)} in the test split "
           f"(seed {args.seed}, share {args.test_share}); PriDe prior from the cyclic reads of "
-          f"{len(sample)} fit-split items ({sample_reads} reads, once): "
+          f"{len(sample)} items outside it ({sample_reads} reads, once): "
           + "; ".join(f"{k}/{n}: " + ", ".join(f"{w:.3f}" for w in p)
                       for k, by_n in priors.items() for n, p in by_n.items()))
     print(f"cyclic shift 0 equals the plain read in {same} of {len(items)} items")

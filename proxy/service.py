@@ -429,6 +429,7 @@ class DecisionService:
             self._slot_book.forget()
         self._prompts.clear()
         self._segments.clear()
+        self._content_free.clear()  # another model's content-free answers
         self._contexts.clear()
         self._token_ids.clear()
         self._assigned.clear()

@@ -5,8 +5,9 @@ route) and ``transform``; ``read`` (httpx) and ``report`` (matplotlib) are
 used by the ``calibrate`` command alone, so nothing here imports them.
 
     metrics.py    accuracy, ECE, Brier, NLL, reliability bins, coverage curve
+    stats.py      Clopper-Pearson bounds, bootstrap intervals, fixed-sequence thresholds
     transform.py  the calibration maps (temperature, Platt, isotonic)
-    fit.py        fitting them with k-fold cross-validation; the automation threshold
+    fit.py        the held-out split, the maps by cross-validation, floor and threshold
     profile.py    the profile file, apply(), route(), check_compatible()
     dataset.py    the labelled JSONL format
     read.py       reading items through a running proxy (httpx)

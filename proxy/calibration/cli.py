@@ -4,9 +4,11 @@ Three steps, each its own function so tests can run them apart:
 ``read_answers`` (read.py, HTTP), ``fit_profile`` (pure), ``report.write_report`` (files).
 
 ``--debias`` fits on debiased reads and compares them with plain ones: ``cyclic``
-and ``contextual`` read every item that way; ``pride`` reads a sample of the fit
-split cyclically (``--prior-sample``), estimates the position prior from it and
-divides it out of the plain reads (decision/debias.py).
+and ``contextual`` read every item that way; ``pride`` reads a sample of the
+items not held out for testing cyclically (``--prior-sample``), estimates the
+position prior from it per question type and option count, and divides it out
+of the plain reads; items whose option count got no prior are read cyclically,
+as the proxy serves them (decision/debias.py).
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from .fit import (
     EXTRA_METHODS,
     MIN_AUTOMATED,
     TEST_SHARE,
+    THRESHOLD_SHARE,
     CalibrationFit,
     Labelled,
+    assign_roles,
     fit_calibration,
-    split_roles,
 )
 from .profile import DEFAULT_DIR, KindCalibration, Profile, Threshold, profile_path, save
 from .read import Progress, ReadError, Reading, read_answers, served_model
@@ -72,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {MIN_AUTOMATED})")
     p.add_argument("--test-share", type=float, default=TEST_SHARE,
                    help=f"share of the items held out for the report (default {TEST_SHARE})")
+    p.add_argument("--threshold-share", type=float, default=THRESHOLD_SHARE,
+                   help="share of the other items held out from the maps to test thresholds on "
+                        f"(default {THRESHOLD_SHARE})")
     p.add_argument("--label-mass-floor", type=float, default=None,
                    help="route answers whose labels got less probability than this to review "
                         "(default: fitted on the fit split)")
@@ -102,9 +108,9 @@ def prompt_format_of(readings: Sequence[Reading]) -> str:
 
 def prior_sample(items: Sequence[Item], is_test: Sequence[bool], share: float = PRIOR_SAMPLE,
                  seed: int = 0) -> list[int]:
-    """Indices of the fit split's choice and noul items to read cyclically: within each
-    (question type, option count), a seeded draw of max(MIN_PRIOR_SAMPLE, share x size)
-    (all of them when fewer). No labels are needed, and the test split is never drawn."""
+    """Indices of the choice and noul items outside the test split to read cyclically:
+    within each (question type, option count), a seeded draw of max(MIN_PRIOR_SAMPLE,
+    share x size) (all of them when fewer). No labels are needed."""
     groups: dict[tuple[str, int], list[int]] = {}
     for i, item in enumerate(items):
         if not is_test[i] and item.kind != "score":
@@ -156,7 +162,7 @@ def fit_profile(
     readings: Sequence[Labelled], *, name: str, model: str, prompt_format_version: str,
     data_sha256: str, target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED,
     folds: int = 5, seed: int = 0, level: float = DEFAULT_LEVEL, test_share: float = TEST_SHARE,
-    label_mass_floor: float | None = None,
+    threshold_share: float = THRESHOLD_SHARE, label_mass_floor: float | None = None,
     methods: Sequence[str] = ("temperature", *EXTRA_METHODS), debias: str | None = None,
     plain: Sequence[Labelled] | None = None, created: str | None = None, llama_build: str = "",
     position_prior: Priors | None = None,
@@ -165,7 +171,7 @@ def fit_profile(
     same items read without debiasing, fitted on the same split and folds for the report)."""
     settings = dict(methods=methods, folds=folds, seed=seed, target_accuracy=target_accuracy,
                     min_automated=min_automated, level=level, test_share=test_share,
-                    label_mass_floor=label_mass_floor)
+                    threshold_share=threshold_share, label_mass_floor=label_mass_floor)
     fit = fit_calibration(readings, **settings)
     plain_fit = fit_calibration(plain, **settings) if plain is not None else None
     chosen = fit.threshold
@@ -174,8 +180,8 @@ def fit_profile(
                                                        for k, kf in fit.kinds.items()}}
     if plain_fit is not None:
         metrics["without_debias"] = _figures(plain_fit)
-    source = (f"cross-validated answers of the fit split ({len(fit.indices('fit'))} items) "
-              f"at or above the label-mass floor; level {level:g}")
+    source = (f"threshold split: {len(fit.indices('threshold'))} items held out from the maps, "
+              "calibrated by the profile's maps, those at or above the label-mass floor")
     profile = Profile(
         name=name, model=model, prompt_format_version=prompt_format_version,
         created=created or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -209,9 +215,10 @@ def _read(items, args, debias: str | None) -> list[Reading]:
 def _check(args: argparse.Namespace) -> None:
     if not 0 < args.target_accuracy <= 1 or args.folds < 2:
         raise ValueError("--target-accuracy must be in (0, 1] and --folds at least 2")
-    if not 0 < args.level < 1 or not 0 < args.test_share < 1 or not 0 < args.prior_sample <= 1:
-        raise ValueError("--level and --test-share must be within (0, 1), --prior-sample "
-                         "within (0, 1]")
+    if not all(0 < x < 1 for x in (args.level, args.test_share, args.threshold_share)) or \
+            not 0 < args.prior_sample <= 1:
+        raise ValueError("--level, --test-share and --threshold-share must be within (0, 1), "
+                         "--prior-sample within (0, 1]")
     if args.label_mass_floor is not None and not 0 <= args.label_mass_floor <= 1:
         raise ValueError("--label-mass-floor must be within [0, 1]")
 
@@ -223,11 +230,19 @@ def _debiased(items: Sequence[Item], plain: Sequence[Reading], args: argparse.Na
         extra = _read(items, args, args.debias)
         return [r.labelled for r in extra], None, extra
     if args.debias == "pride":
-        is_test = split_roles([r.labelled for r in plain], args.test_share, args.seed)
-        sample = prior_sample(items, is_test, args.prior_sample, args.seed)
+        roles = assign_roles([r.labelled for r in plain], args.test_share, args.threshold_share,
+                             args.seed)
+        sample = prior_sample(items, [r == "test" for r in roles], args.prior_sample, args.seed)
         extra = _read([items[i] for i in sample], args, "cyclic")
         priors = estimate_priors(extra)
-        return apply_priors([r.labelled for r in plain], priors), priors, extra
+        # what the proxy serves for an option count without a prior: a cyclic read
+        unpriored = [i for i, item in enumerate(items) if item.kind != "score"
+                     and len(item.names) not in priors.get(item.kind, {})]
+        cyclic = dict(zip(unpriored, _read([items[i] for i in unpriored], args, "cyclic")))
+        readings = apply_priors([r.labelled for r in plain], priors)
+        for i, reading in cyclic.items():
+            readings[i] = reading.labelled
+        return readings, priors, [*extra, *cyclic.values()]
     return None, None, []
 
 
@@ -248,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prompt_format_version=prompt_format_of([*plain, *extra]),
             data_sha256=data_sha256(args.data), target_accuracy=args.target_accuracy,
             min_automated=args.min_automated, level=args.level, test_share=args.test_share,
-            label_mass_floor=args.label_mass_floor,
+            threshold_share=args.threshold_share, label_mass_floor=args.label_mass_floor,
             folds=args.folds, seed=args.seed, methods=methods, debias=args.debias,
             plain=[r.labelled for r in plain] if debiased else None, llama_build=build,
             position_prior=priors)
@@ -269,7 +284,9 @@ def _summarise(fitted: Fitted, path: Path, paths: dict[str, Path]) -> None:
         note = f" ({kf.note})" if kf.note else ""
         print(f"{kind}: {kf.n} items fitted, method {kf.method} {params or ''}{note}")
     before, after = fit.intervals("before")["all"], fit.intervals("after")["all"]
-    print(f"held-out test split (n={before['accuracy'].n}), before -> after "
+    print(f"held-out test split (n={before['accuracy'].n}; maps fitted on "
+          f"{len(fit.indices('fit'))} items, threshold tested on "
+          f"{len(fit.indices('threshold'))}), before -> after "
           f"[{fit.level:.0%} bootstrap interval]: " + ", ".join(
               f"{m} {before[m].value:.4f} -> {after[m].value:.4f} "
               f"[{after[m].low:.4f}, {after[m].high:.4f}]"
@@ -282,7 +299,8 @@ def _summarise(fitted: Fitted, path: Path, paths: dict[str, Path]) -> None:
               f"test at level {t.level:g} (null; everything goes to review)")
     else:
         print(f"threshold for accuracy {t.target_accuracy:g}: {t.threshold:.2f}, "
-              f"lower bound {t.lower_bound:.4f}, coverage {t.coverage:.1%} of the fit split; "
+              f"lower bound {t.lower_bound:.4f}, coverage {t.coverage:.1%} of the threshold "
+              "split; "
               f"on the test split {t.test['count']} of {t.test['n']} automated"
               + (f" at accuracy {t.test['accuracy']:.3f} (bound {t.test['lower_bound']:.3f})"
                  if t.test["count"] else ""))

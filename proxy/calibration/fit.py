@@ -1,8 +1,9 @@
 """Fitting calibration on labelled answers, and figures the choices did not see.
 
-The items are split first (seeded, within each question type and gold answer):
-a *fit* split and a held-out *test* split (``test_share`` of them, 30% by
-default). Nothing chosen looks at the test split:
+The items are split first (seeded, within each question type and gold answer)
+into three parts: a held-out *test* split (``test_share`` of them, 30% by
+default), and of the rest a *threshold* split (``threshold_share``, 30%) and
+the *fit* split. Each choice sees only its own part:
 
 - For each question type, the fit split is cut into k folds; each candidate
   method is fitted on k-1 folds and applied to the fold left out, so every fit
@@ -10,13 +11,15 @@ default). Nothing chosen looks at the test split:
   cross-validated NLL beats the uncalibrated answers and its ECE is no worse;
   Platt and isotonic must also beat plain temperature scaling on NLL when that
   was tried. The best kept method is fitted on the whole fit split: that map is
-  what the profile holds (it is not refitted on the test split).
-- The label-mass floor is a low quantile of the fit split's label masses.
+  what the profile holds, and it is never refitted.
+- The label-mass floor is a low quantile of the label masses of the fit and
+  threshold splits (label masses need no labels).
 - The automation threshold is chosen by fixed-sequence testing (``stats.py``)
-  on the fit split's cross-validated answers above the floor, with a
-  Clopper-Pearson bound at the given level.
+  on the threshold split's answers above the floor, calibrated by the profile's
+  own maps, which were fitted without them: so the Clopper-Pearson bound is a
+  bound for the map that is served.
 
-The test split then gets the fitted maps applied, and every figure the report
+The test split then gets the same maps applied, and every figure the report
 gives as "held out" (before and after, the threshold's coverage and accuracy,
 the answers the floor diverts) comes from it, with bootstrap intervals.
 """
@@ -58,6 +61,8 @@ __all__ = [
     "Labelled",
     "KindFit",
     "TEST_SHARE",
+    "THRESHOLD_SHARE",
+    "ROLES",
     "FLOOR_QUANTILE",
     "FLOOR_CAP",
     "CalibrationFit",
@@ -69,6 +74,7 @@ __all__ = [
     "held_out",
     "fit_kind",
     "split_roles",
+    "assign_roles",
     "fit_label_mass_floor",
     "fit_calibration",
 ]
@@ -78,6 +84,7 @@ EXTRA_METHODS = ("platt", "isotonic")
 MIN_ITEMS = 10  # fewer items of a type than this (or than 2 per fold): left uncalibrated
 MIN_AUTOMATED = 10  # a threshold must be backed by at least this many held-out answers
 TEST_SHARE = 0.3  # items held out for the report, seen by no choice
+THRESHOLD_SHARE = 0.3  # of the other items: held out from the maps, to test thresholds on
 FLOOR_QUANTILE = 0.05  # the default label-mass floor: this quantile of the fit split's ...
 FLOOR_CAP = 0.5  # ... but never above this
 T_RANGE = (0.01, 100.0)
@@ -294,6 +301,23 @@ def split_roles(items: Sequence[Labelled], test_share: float, seed: int) -> list
     return is_test
 
 
+ROLES = ("fit", "threshold", "test")
+
+
+def assign_roles(items: Sequence[Labelled], test_share: float, threshold_share: float,
+                 seed: int) -> list[str]:
+    """Each item's part: "test" by ``split_roles(items, test_share, seed)``; of the others,
+    "threshold" by ``split_roles(others, threshold_share, seed + 1)``; the rest "fit"."""
+    is_test = split_roles(items, test_share, seed)
+    others = [i for i, t in enumerate(is_test) if not t]
+    is_threshold = split_roles([items[i] for i in others], threshold_share, seed + 1)
+    roles = ["test" if t else "fit" for t in is_test]
+    for i, t in zip(others, is_threshold):
+        if t:
+            roles[i] = "threshold"
+    return roles
+
+
 def fit_label_mass_floor(masses: Sequence[float]) -> float:
     """The default floor: min(FLOOR_CAP, the FLOOR_QUANTILE-quantile of the label masses)
     (0 when none is known): an answer below it gave the labels less of the model's
@@ -308,30 +332,33 @@ def _above_floor(mass: float | None, floor: float) -> bool:
 @dataclass(frozen=True)
 class CalibrationFit:
     kinds: dict[str, KindFit]  # maps fitted on the fit split
-    threshold: ThresholdTest  # fixed-sequence test on the fit split's cross-validated answers
+    threshold: ThresholdTest  # fixed-sequence test on the threshold split
     golds: list[int]
     before: list[list[float]]  # the answers as read, item order
-    after: list[list[float]]  # fit split: cross-validated; test split: the fitted map applied
+    after: list[list[float]]  # fit split: cross-validated; the others: the fitted maps applied
     item_kinds: list[str]
-    is_test: list[bool]
+    roles: list[str]  # ROLES, item order
     label_masses: list[float | None]
     label_mass_floor: float
     level: float = DEFAULT_LEVEL
     seed: int = 0
 
+    @property
+    def is_test(self) -> list[bool]:
+        return [r == "test" for r in self.roles]
+
     def indices(self, part: str = "test") -> list[int]:
-        """The items of one split ("test" or "fit") or of both ("all")."""
-        if part == "all":
-            return list(range(len(self.golds)))
-        return [i for i, t in enumerate(self.is_test) if t == (part == "test")]
+        """The items of one part ("fit", "threshold", "test") or of all ("all")."""
+        return [i for i, r in enumerate(self.roles) if part in ("all", r)]
 
     def evaluation(self) -> str:
         """Where the reported figures come from, in words (the report and the profile)."""
-        n_test, n_fit = len(self.indices("test")), len(self.indices("fit"))
-        return (f"held-out test split: {n_test} items (seed {self.seed}) that neither the "
-                "choice of method, the maps, the label-mass floor nor the threshold saw; those "
-                f"were chosen on the other {n_fit} items. Intervals: {self.level:.0%} "
-                "percentile bootstrap over the test items.")
+        n = {part: len(self.indices(part)) for part in ROLES}
+        return (f"held-out test split: {n['test']} items (seed {self.seed}) that neither the "
+                "choice of method, the maps, the label-mass floor nor the threshold saw; the "
+                f"maps were chosen and fitted on {n['fit']} items, the threshold tested on "
+                f"{n['threshold']} others. Intervals: {self.level:.0%} percentile bootstrap "
+                "over the test items.")
 
     def _scopes(self, part: str) -> dict[str, list[int]]:
         idx = self.indices(part)
@@ -388,9 +415,11 @@ def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("tem
                     "platt", "isotonic"), folds: int = 5, seed: int = 0,
                     target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED,
                     level: float = DEFAULT_LEVEL, test_share: float = TEST_SHARE,
+                    threshold_share: float = THRESHOLD_SHARE,
                     label_mass_floor: float | None = None) -> CalibrationFit:
     """Split, fit every question type present on the fit split, choose the floor (unless
-    given) and the threshold there, and apply the maps to the test split (module docstring)."""
+    given), test thresholds on the threshold split and apply the maps to the test split
+    (module docstring)."""
     if folds < 2:
         raise ValueError("cross-validation needs at least 2 folds")
     unknown = set(methods) - {"temperature", *EXTRA_METHODS}
@@ -398,37 +427,40 @@ def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("tem
         raise ValueError(f"unknown calibration methods {sorted(unknown)}")
     if not items:
         raise ValueError("no labelled items")
-    is_test = split_roles(items, test_share, seed)
+    roles = assign_roles(items, test_share, threshold_share, seed)
+    if "test" not in roles:
+        raise ValueError(f"{len(items)} items are too few to hold out a test split of "
+                         f"{test_share:g}: add items or raise --test-share")
     kinds: dict[str, KindFit] = {}
     after: list[list[float]] = [[] for _ in items]
     for kind in KINDS:
-        train = [i for i, item in enumerate(items) if item.kind == kind and not is_test[i]]
-        test = [i for i, item in enumerate(items) if item.kind == kind and is_test[i]]
-        if not train and not test:
+        train = [i for i, item in enumerate(items) if item.kind == kind and roles[i] == "fit"]
+        others = [i for i, item in enumerate(items) if item.kind == kind and roles[i] != "fit"]
+        if not train and not others:
             continue
         fit = fit_kind(kind, [items[i].probabilities for i in train],
                        [items[i].gold for i in train], methods, folds, seed)
         kinds[kind] = fit
         for j, i in enumerate(train):
             after[i] = fit.after[j]
-        for i in test:
+        for i in others:
             after[i] = calibrate(fit.method, fit.params, kind, items[i].probabilities)
     masses = [item.label_mass for item in items]
-    fit_idx = [i for i, t in enumerate(is_test) if not t]
     if label_mass_floor is None:
         label_mass_floor = fit_label_mass_floor(
-            [m for i in fit_idx if (m := masses[i]) is not None])
-    chosen = [i for i in fit_idx if _above_floor(masses[i], label_mass_floor)]
+            [m for m, r in zip(masses, roles) if r != "test" and m is not None])
+    judged = [i for i, r in enumerate(roles) if r == "threshold"]
+    chosen = [i for i in judged if _above_floor(masses[i], label_mass_floor)]
     if chosen:
         threshold = fixed_sequence_threshold(
             [top_probability(after[i]) for i in chosen],
             [top_index(after[i]) == items[i].gold for i in chosen],
             target_accuracy, level=level, min_count=min_automated)
-        # the coverage of every fit answer, the ones below the floor included
-        threshold = replace(threshold, coverage=threshold.count / len(fit_idx))
+        # the coverage of every threshold-split answer, the ones below the floor included
+        threshold = replace(threshold, coverage=threshold.count / len(judged))
     else:
         threshold = ThresholdTest(target_accuracy, level, None, None, None, 0.0, 0, 0)
     return CalibrationFit(kinds, threshold, [item.gold for item in items],
                           [list(item.probabilities) for item in items], after,
-                          [item.kind for item in items], is_test, masses, label_mass_floor,
+                          [item.kind for item in items], roles, masses, label_mass_floor,
                           level, seed)

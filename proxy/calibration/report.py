@@ -165,7 +165,7 @@ def _threshold_section(profile: Profile, fit: CalibrationFit) -> list[str]:
                      "every answer to review.")
     else:
         lines.append(
-            f"Threshold **{t.threshold:.2f}**: on the fit split it covers {t.coverage:.1%} "
+            f"Threshold **{t.threshold:.2f}**: on the threshold split it covers {t.coverage:.1%} "
             f"({t.count} answers) at accuracy {_f(t.accuracy)}, lower bound "
             f"{_f(t.lower_bound)}. On the held-out test split it automates {test['count']} of "
             f"{test['n']} answers ({test['coverage']:.1%})"
@@ -175,8 +175,8 @@ def _threshold_section(profile: Profile, fit: CalibrationFit) -> list[str]:
     lines += ["", "## Label-mass floor", "",
               f"Answers whose labels got less than **{profile.label_mass_floor:.4f}** of the "
               "model's probability go to review whatever their probability "
-              "(`route_reason: label_mass`): the 5% quantile of the fit split's label masses, "
-              "capped at 0.5, unless set. On the held-out test split it diverts "
+              "(`route_reason: label_mass`): the 5% quantile of the label masses outside the "
+              "test split, capped at 0.5, unless set. On the held-out test split it diverts "
               f"{diverted} of {test['n']} answers"
               + (f" (their accuracy {_f(test['below_floor_accuracy'])})." if diverted else "."),
               ""]
@@ -195,7 +195,8 @@ def markdown(profile: Profile, fit: CalibrationFit, paths: dict[str, Path],
              "## Methods", "",
              "Cross-validated NLL of each method tried on the fit split; a method is kept only "
              "if it beats the uncalibrated answers without a worse ECE (and Platt or isotonic "
-             "also beat temperature). The kept map is fitted on the whole fit split.", ""]
+             "also beat temperature). The kept map is fitted on the whole fit split and is "
+             "what the profile serves.", ""]
     method_rows = []
     for kind, kf in fit.kinds.items():
         params = ", ".join(f"{k}={v:.4g}" for k, v in kf.params.items()

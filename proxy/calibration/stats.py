@@ -17,7 +17,8 @@ right of n bound the accuracy below by (1 - level)^(1/n): 59 answers at least
 for a 0.95 target at level 0.95): how many answers lie above a threshold
 depends only on the probabilities, not on which answers were right, so skipping
 them spends no error budget, and it keeps a handful at the very top from ending
-the sequence.
+the sequence. Both arguments need the probabilities to come from a map fitted
+without the answers tested (fit.py holds a threshold split out for that).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Position debiasing: three ways to keep the order of the options out of the answer.
 
-Small models favour the option shown first whatever the question.
+Small models favour one position whatever the question (SmolLM2: the second).
 
 - ``cyclic``: read the question under several cyclic orders of its options and
   average what each order said about each option (one read per rotation).

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.calibration.cli import fit_profile, main
 from proxy.calibration.dataset import DataError, load_items, parse_item
-from proxy.calibration.fit import Labelled, split_roles
+from proxy.calibration.fit import Labelled, assign_roles
 from proxy.calibration.metrics import accuracy, negative_log_likelihood
 from proxy.calibration.profile import load
 from proxy.calibration.report import write_report
@@ -138,10 +138,11 @@ def test_calibrate_reads_fits_and_writes_profile_and_report(proxy_url, calibrate
 
     # the maps were fitted on the fit split only: counted here from the data itself
     items = load_items([subset])
-    is_test = split_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items], 0.3, 1)
+    roles = assign_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items], 0.3, 0.3, 1)
     for kind, entry in profile.calibration.items():
-        assert entry.n_items == sum(1 for i, t in zip(items, is_test) if i.kind == kind and not t)
-    assert profile.threshold.source.startswith("cross-validated answers of the fit split (42 ")
+        assert entry.n_items == sum(1 for i, r in zip(items, roles) if i.kind == kind and r == "fit")
+    threshold_items = roles.count("threshold")
+    assert profile.threshold.source.startswith(f"threshold split: {threshold_items} items ")
 
     report = (out / "it-subset.report.md").read_text()
     for section in ("## Methods", "## Held-out test split", "## Automation threshold",
@@ -170,7 +171,8 @@ def test_the_reported_figures_are_what_serving_the_profile_gives_on_the_test_ite
     subset, out = calibrated
     profile = load("it-subset", out)
     items = load_items([subset])
-    is_test = split_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items], 0.3, 1)
+    roles = assign_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items], 0.3, 0.3, 1)
+    is_test = [r == "test" for r in roles]
     probs, golds, routes = [], [], []
     with httpx.Client(base_url=serving_the_profile, timeout=120) as client:
         for item, test in zip(items, is_test):

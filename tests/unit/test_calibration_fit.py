@@ -14,6 +14,7 @@ from proxy.calibration.fit import (
     fit_temperature,
     fold_ids,
     held_out,
+    assign_roles,
     split_roles,
 )
 from proxy.calibration.metrics import negative_log_likelihood, top_index
@@ -223,9 +224,10 @@ def test_fit_calibration_fits_each_type_and_keeps_item_order():
         assert len(after) == len(item.probabilities)
     test = fit.metrics("after")  # the held-out test split
     assert set(test) == {"all", "choice", "noul"} and test["all"]["n"] == 96  # 30% of 320
-    assert fit.metrics("after", "fit")["all"]["n"] == 224
+    # 30% of the other 224 test thresholds; the maps see the remaining 157
+    assert [len(fit.indices(part)) for part in ("fit", "threshold", "all")] == [157, 67, 320]
     assert test["all"]["nll"] < fit.metrics("before")["all"]["nll"]
-    assert fit.kinds["choice"].n == 140  # the map was fitted on the fit split only
+    assert fit.kinds["choice"].n == 98  # the map was fitted on the fit split only
     ci = fit.intervals("after")["all"]["nll"]
     assert ci.n == 96 and ci.value == pytest.approx(test["all"]["nll"], **EXACT)
     assert ci.low < ci.value < ci.high
@@ -255,6 +257,21 @@ def test_the_test_split_is_drawn_within_each_gold_answer(sizes, share, expected)
     assert split_roles(items, share, seed=4) == roles
 
 
+def test_the_three_parts_are_disjoint_and_drawn_within_each_gold_answer():
+    items = [Labelled("choice", (0.5, 0.5), g) for g in (0, 1) for _ in range(50)]
+    roles = assign_roles(items, 0.3, 0.3, seed=2)
+    for g in (0, 1):
+        mine = [r for it, r in zip(items, roles) if it.gold == g]
+        # 15 of 50 tested; of the other 35, round(10.5) = 10 test thresholds
+        assert (mine.count("test"), mine.count("threshold"), mine.count("fit")) == (15, 10, 25)
+    assert assign_roles(items, 0.3, 0.3, seed=2) == roles
+
+
+def test_too_few_items_for_a_test_split_are_refused():
+    with pytest.raises(ValueError, match="too few to hold out a test split"):
+        fit_calibration([Labelled("noul", (0.6, 0.4), 0, 0.9)] * 1)
+
+
 @pytest.mark.parametrize(("masses", "floor"),
                          [([i / 100 for i in range(1, 101)], 0.01 + 0.05 * 99 * 0.01),
                           ([0.99] * 20, 0.5), ([], 0.0), ([0.2, 0.4], 0.21)])
@@ -263,14 +280,16 @@ def test_the_default_label_mass_floor(masses, floor):
 
 
 def test_answers_below_the_floor_are_left_out_of_the_threshold_and_counted_on_test():
-    items = [Labelled("noul", (0.99, 0.01), 0, 0.9)] * 80 + [
-        Labelled("noul", (0.99, 0.01), 1, 0.05)] * 20  # confidently wrong, little label mass
+    items = [Labelled("noul", (0.99, 0.01), 0, 0.9)] * 320 + [
+        Labelled("noul", (0.99, 0.01), 1, 0.05)] * 80  # confidently wrong, little label mass
     fit = fit_calibration(items, methods=["temperature"], seed=1, target_accuracy=0.9,
                           label_mass_floor=0.1)
-    assert fit.threshold.threshold is not None and fit.threshold.accuracy == 1.0
-    assert fit.threshold.coverage == pytest.approx(56 / 70, **EXACT)
+    # 67 answers of the 84 in the threshold split are above the floor, all right
+    assert fit.threshold.threshold == 0.01 and fit.threshold.accuracy == 1.0
+    assert fit.threshold.lower_bound == pytest.approx(0.05 ** (1 / 67), **EXACT)
+    assert fit.threshold.coverage == pytest.approx(67 / 84, **EXACT)
     on_test = fit.threshold_on_test()
-    assert (on_test["n"], on_test["below_floor"], on_test["count"]) == (30, 6, 24)
+    assert (on_test["n"], on_test["below_floor"], on_test["count"]) == (120, 24, 96)
     assert on_test["below_floor_accuracy"] == 0.0 and on_test["accuracy"] == 1.0
     unfloored = fit_calibration(items, methods=["temperature"], seed=1, target_accuracy=0.9,
                                 label_mass_floor=0.0)

@@ -195,3 +195,21 @@ async def test_concurrent_first_decisions_share_one_slot_book():
     assert len(outs) == 8
     # no request found its slot other than the book said: no read started again
     assert [cache for _, _, cache, _, _ in up.requests].count(False) == 8
+
+
+async def test_contextual_calibration_reads_the_content_free_answer_once_per_model():
+    ln = math.log
+    main, free = {49: ln(0.6), 51: ln(0.4)}, {49: ln(0.8), 51: ln(0.2)}
+    up = RecordedUpstream([main, free, main, {49: -1.0, 51: -1.0}, main, free])
+    service = DecisionService(up, n_probs=8)
+    question = choice_question(["x", "y"])
+    first = await service.decide([{"role": "user", "content": "q1"}], question, contextual=True)
+    assert "N/A" in up.last_prompt and first.debias == "contextual" and first.reads == 2
+    # (0.6 / 0.8, 0.4 / 0.2) = (0.75, 2), normalised
+    assert first.decision.probabilities == pytest.approx((0.75 / 2.75, 2 / 2.75), rel=1e-12)
+    assert first.decision.best == 1
+    second = await service.decide([{"role": "user", "content": "q2"}], question, contextual=True)
+    assert second.reads == 1  # the same template: remembered
+    up.model = "another"  # its content-free answer is its own: read again
+    third = await service.decide([{"role": "user", "content": "q3"}], question, contextual=True)
+    assert third.model == "another" and third.reads == 2 and up.reads == []
