@@ -15,7 +15,7 @@ from .profiles import ProfileStore
 from .routes.chat import chat_completions
 from .routes.decisions import decisions
 from .routes.invocations import invocations
-from .routes.meta import health, metrics, models, ping
+from .routes.meta import health, metrics, model, models, ping
 from .routes.openapi import openapi
 from .routes.relayed import relayed
 from .routes.systemone import system_one
@@ -39,6 +39,7 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None,
     app.cleanup_ctx.append(_upstream_ctx(upstream, worker))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/v1/models/{model:.+}", model)
     app.router.add_post("/v1/systemone", system_one)
     app.router.add_post("/v1/decisions", decisions)
     app.router.add_get("/health", health)

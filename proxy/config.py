@@ -37,6 +37,7 @@ class Settings:
     max_connections: int = 256
     shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
     workers: int = 1  # processes sharing the port (proxy/workers.py)
+    model_aliases: str = ""  # more names for the served model, comma-separated (proxy/names.py)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -92,6 +93,8 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "max_connections": ("PROXY_MAX_CONNECTIONS", "connections kept to llama-server"),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
+    "model_aliases": ("PROXY_MODEL_ALIASES", "more names requests may give the served model, "
+                      "comma-separated; listed in /v1/models beside jev-latest and gpt-6-luna"),
     "workers": ("PROXY_WORKERS", "processes sharing the port (SO_REUSEPORT spreads connections); "
                 "each admits its share of PROXY_MAX_ACTIVE and PROXY_MAX_QUEUED"),
 }

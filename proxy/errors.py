@@ -2,6 +2,7 @@
 
     ProxyError                      status  meaning
     ├── InvalidRequest              400     the client sent something we refuse; names the field
+    │   ├── NotFound                404     no such model (GET /v1/models/{id})
     │   ├── RequestTooLarge         413     body over the configured size
     │   └── Unprocessable           422     System One validation: a list of {loc, msg, type}
     ├── Unauthorized                401     missing or wrong bearer key
@@ -26,6 +27,7 @@ from aiohttp import web
 __all__ = [
     "ProxyError",
     "InvalidRequest",
+    "NotFound",
     "RequestTooLarge",
     "Unprocessable",
     "Unauthorized",
@@ -62,6 +64,11 @@ class InvalidRequest(ProxyError):
     error_type = "invalid_request_error"
     code = "invalid_request"
     is_validation = True  # System One answers these as 422 validation errors
+
+
+class NotFound(InvalidRequest):
+    status = 404
+    code = "model_not_found"
 
 
 class RequestTooLarge(InvalidRequest):

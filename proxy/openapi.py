@@ -236,6 +236,7 @@ _WHY = {
     "400": "bad input: invalid JSON, a refused field (``param`` names it), or llama-server "
            "refused the request built from it (pass-through: llama-server's own 4xx)",
     "401": "missing or wrong ``Authorization: Bearer`` key (only when the proxy has one)",
+    "404": "no model by that name",
     "413": "body larger than --max-body-bytes",
     "422": "System One validation: one entry per refused field",
     "429": "too many decisions in flight and queued",
@@ -299,6 +300,15 @@ def _paths() -> dict[str, Schema]:
         "/v1/models": {"get": _operation(
             "llama-server's model list plus the System One names this server answers to",
             _response("the models", _json(_ref("Models"))), _errors("401 502 503 504", oa))},
+        "/v1/models/{model}": {"get": {
+            **_operation("one name the served model answers to, as OpenAI's model object",
+                         _response("the model", _json(_obj(
+                             ("id", "object"), id={"type": "string"},
+                             object={"const": "model"}, created=_COUNT,
+                             owned_by={"type": "string"}))),
+                         _errors("401 404 502 503 504", oa)),
+            "parameters": [{"name": "model", "in": "path", "required": True,
+                            "schema": {"type": "string"}}]}},
         "/v1/completions": {"post": _operation(
             "passed through to llama-server", _response(passthrough, {**_json({"type": "object"}),
                                                                       **_EVENTS}),

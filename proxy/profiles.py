@@ -34,10 +34,10 @@ _MAX_NAME = 128
 
 
 class ProfileRefused(InvalidRequest):
-    """A named profile that does not exist, is broken, or was fitted for something else."""
+    """A named profile that does not exist, is broken, or was fitted for something else
+    (System One: a 422 validation entry at ``x_calibration``, as the API documents)."""
 
     code = "calibration_profile"
-    is_validation = False
 
 
 class ProfileStore:

@@ -137,13 +137,17 @@ class DecisionService:
                 first.labels,  # the first shift is 0: the options in the caller's order
                 first.model, first.prompt_tokens,
                 sum(o.prompt_evaluated for _, o in reads), sum(o.reads for _, o in reads),
-                debias="cyclic",
+                debias="cyclic", input_tokens=sum(o.tokens_in for _, o in reads),
                 rotations=tuple((s, o.decision.probabilities) for s, o in reads),
             )
         if free is not None and question.kind != "score":
-            weights, reads_spent = await self._free_answer(free, question, template_kwargs)
+            weights, spent = await self._free_answer(free, question, template_kwargs)
             outcome = replace(outcome, decision=divide_out(outcome.decision, weights),
-                              reads=outcome.reads + reads_spent, debias="contextual")
+                              reads=outcome.reads + (spent.reads if spent else 0),
+                              prompt_evaluated=outcome.prompt_evaluated + (
+                                  spent.prompt_evaluated if spent else 0),
+                              input_tokens=outcome.tokens_in + (spent.tokens_in if spent else 0),
+                              debias="contextual")
         if self._metrics:
             after_reply(self._metrics.decision, outcome.decision, outcome.reads)
         return outcome
@@ -151,20 +155,21 @@ class DecisionService:
     async def _free_answer(
         self, free: Sequence[Mapping[str, Any]], question: Question,
         template_kwargs: Mapping[str, Any] | None,
-    ) -> tuple[tuple[float, ...], int]:
+    ) -> tuple[tuple[float, ...], Outcome | None]:
         """The probabilities the model gives the question's options about a content-free
-        input, and the reads that took: read once per question template, then remembered."""
+        input, and the read that took them (None when remembered): read once per question
+        template, then remembered."""
         key = orjson.dumps([free, question.kind, question.names, question.shown,
                             question.instructions, question.temperature,
                             dict(template_kwargs or {})], option=orjson.OPT_SORT_KEYS)
         known = self._content_free.get(key)
         if known is not None:
-            return known, 0
+            return known, None
         read = await self._decide_once(free, question, template_kwargs)
         weights = tuple(max(p, _LEAST_WEIGHT) for p in read.decision.probabilities)
         if len(key) <= _MAX_PROMPT_KEY:
             _remember(self._content_free, key, weights, _MAX_CONTENT_FREE)
-        return weights, read.reads
+        return weights, read
 
     async def _decide_once(
         self, messages: Sequence[Mapping[str, Any]], question: Question,

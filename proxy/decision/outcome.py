@@ -18,8 +18,8 @@ class Outcome:
     decision: Decision
     labels: tuple[str, ...]
     model: str
-    prompt_tokens: int
-    prompt_evaluated: int
+    prompt_tokens: int  # of the prompt as asked (what a replay must tokenise to)
+    prompt_evaluated: int  # tokens llama-server computed for it (the rest came from its cache)
     reads: int  # upstream reads needed to know every label exactly
     calibration: dict[str, str] | None = None  # {"profile", "method"} once calibrated
     route: str | None = None  # "auto" | "review", from the profile's threshold
@@ -28,3 +28,14 @@ class Outcome:
     debias_note: str = ""  # why it is not the one asked for, when it is not
     # cyclic reads: (shift, probabilities by position shown), for estimating a position prior
     rotations: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    input_tokens: int = 0  # every prompt read (rotations, a content-free read); 0: prompt_tokens
+
+    @property
+    def tokens_in(self) -> int:
+        """The input tokens, OpenAI's meaning: every token of every prompt read."""
+        return self.input_tokens or self.prompt_tokens
+
+    @property
+    def tokens_cached(self) -> int:
+        """Of ``tokens_in``, those llama-server served from its cache."""
+        return max(0, self.tokens_in - self.prompt_evaluated)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from typing import Any
@@ -10,7 +11,10 @@ from ..decision.prompt import PROMPT_FORMAT_VERSION
 from ..decision.readout import system_one_answer
 from ..decision.outcome import Outcome
 
-__all__ = ["semif_object", "completion_body", "completion_chunk"]
+__all__ = ["LEAST_LOGPROB", "semif_object", "logprobs_object", "completion_body",
+           "completion_chunks"]
+
+LEAST_LOGPROB = -9999.0  # OpenAI's stand-in for a probability that rounds to 0
 
 
 def semif_object(outcome: Outcome) -> dict[str, Any]:
@@ -36,13 +40,39 @@ def semif_object(outcome: Outcome) -> dict[str, Any]:
 
 def _usage(outcome: Outcome) -> dict[str, int]:
     return {
-        "prompt_tokens": outcome.prompt_tokens,
+        "prompt_tokens": outcome.tokens_in,
         "completion_tokens": 1,
-        "total_tokens": outcome.prompt_tokens + 1,
+        "total_tokens": outcome.tokens_in + 1,
+        "prompt_tokens_details": {"cached_tokens": outcome.tokens_cached},
     }
 
 
-def completion_body(outcome: Outcome, model: str | None) -> dict[str, Any]:
+def _entry(name: str, p: float) -> dict[str, Any]:
+    return {"token": name, "logprob": math.log(p) if p > 0 else LEAST_LOGPROB,
+            "bytes": list(name.encode("utf-8"))}
+
+
+def logprobs_object(outcome: Outcome, top: int) -> dict[str, Any]:
+    """The decision as OpenAI chat log-probabilities: one position, the chosen option as its
+    token with ln p, and the ``top`` most likely options (names as tokens, ties in option
+    order) in ``top_logprobs``; the same numbers as ``semif.probabilities``."""
+    decision = outcome.decision
+    names, probs = decision.question.names, decision.probabilities
+    order = sorted(range(len(names)), key=lambda i: (-probs[i], i))[:top]
+    chosen = _entry(decision.best_name, probs[decision.best])
+    chosen["top_logprobs"] = [_entry(names[i], probs[i]) for i in order]
+    return {"content": [chosen], "refusal": None}
+
+
+def completion_body(outcome: Outcome, model: str | None,
+                    top_logprobs: int | None = None) -> dict[str, Any]:
+    """The ``chat.completion``; with ``top_logprobs`` (the request asked for logprobs) the
+    distribution also in ``choices[0].logprobs``, where every OpenAI client keeps it."""
+    semif = semif_object(outcome)
+    logprobs = None
+    if top_logprobs is not None:
+        logprobs = logprobs_object(outcome, top_logprobs)
+        semif["logprobs_of"] = "calibrated" if outcome.calibration is not None else "read"
     return {
         "id": f"chatcmpl-semif-{random.getrandbits(128):032x}",  # unique, not secret
         "object": "chat.completion",
@@ -52,26 +82,33 @@ def completion_body(outcome: Outcome, model: str | None) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": outcome.decision.best_name},
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": "stop",
             }
         ],
         "usage": _usage(outcome),
-        "semif": semif_object(outcome),
+        "semif": semif,
     }
 
 
-def completion_chunk(outcome: Outcome, model: str | None) -> dict[str, Any]:
-    """The whole answer as one ``chat.completion.chunk`` (the stream then ends)."""
-    body = completion_body(outcome, model)
+def completion_chunks(outcome: Outcome, model: str | None, top_logprobs: int | None = None,
+                      include_usage: bool = False) -> list[dict[str, Any]]:
+    """The whole answer as one ``chat.completion.chunk``, then, when the request asked for
+    usage (``stream_options.include_usage``), OpenAI's usage chunk with no choices (the
+    answer's chunk then carries ``usage: null``, as OpenAI's do)."""
+    body = completion_body(outcome, model, top_logprobs)
     choice = body["choices"][0]
     body["object"] = "chat.completion.chunk"
     body["choices"] = [
         {
             "index": 0,
             "delta": choice["message"],
-            "logprobs": None,
+            "logprobs": choice["logprobs"],
             "finish_reason": "stop",
         }
     ]
-    return body
+    usage = body.pop("usage")
+    if not include_usage:
+        return [body]
+    closing = {k: v for k, v in body.items() if k != "semif"}
+    return [{**body, "usage": None}, {**closing, "choices": [], "usage": usage}]

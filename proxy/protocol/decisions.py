@@ -400,17 +400,19 @@ def _with_description(label: str, description: str | None) -> str:
 
 
 def response_body(call: DecisionsCall, outcomes: Mapping[str, Outcome]) -> dict[str, Any]:
-    """The SDK's ``Decision``. Input tokens are those llama-server computed (not
-    served from its prompt cache); output tokens are the one-token reads."""
+    """The SDK's ``Decision``. Usage has OpenAI's meaning: input tokens are every prompt
+    token read, of which ``cached_tokens`` came from llama-server's prompt cache; output
+    tokens are the one-token reads."""
     used = [outcomes[qid] for qid in call.questions]
-    input_tokens = sum(o.prompt_evaluated for o in used)
+    input_tokens = sum(o.tokens_in for o in used)
     output_tokens = sum(o.reads for o in used)
     return {
         "model": call.model,
         "answers": [_answer(a, o.decision) for a, o in zip(call.asked, used)],
         "usage": {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+            "input_tokens_details": {"cache_write_tokens": 0,
+                                     "cached_tokens": sum(o.tokens_cached for o in used)},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,

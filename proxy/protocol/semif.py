@@ -33,7 +33,8 @@ from ..decision.question import (
 )
 from ..errors import InvalidRequest
 
-__all__ = ["SemifSpec", "SemifCall", "check_relayed_messages", "parse_semif", "refuse_incompatible"]
+__all__ = ["MAX_TOP_LOGPROBS", "SemifSpec", "SemifCall", "check_relayed_messages", "parse_semif",
+           "refuse_incompatible", "requested_logprobs"]
 
 _BUILDERS = {"choice": choice_question, "noul": noul_question, "score": score_question}
 
@@ -102,6 +103,27 @@ def _parse(raw: dict[str, Any]) -> SemifCall:
     except DebiasError as exc:
         raise InvalidRequest(f"semif.debias: {exc}", param="semif.debias") from exc
     return SemifCall(question, tuple(shifts), spec.calibration, method, spec.label_mass_floor)
+
+
+MAX_TOP_LOGPROBS = 20  # OpenAI's cap; the whole distribution stays in ``semif``
+
+
+def requested_logprobs(body: dict[str, Any]) -> int | None:
+    """How many options to list in ``choices[0].logprobs`` (``top_logprobs``, 0 to 20), or
+    None when the request did not ask for log-probabilities (OpenAI's rules: ``logprobs``
+    a boolean, ``top_logprobs`` only with ``logprobs: true``)."""
+    wanted, top = body.get("logprobs"), body.get("top_logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise InvalidRequest("logprobs must be a boolean", param="logprobs")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int)
+                            or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise InvalidRequest(f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}",
+                             param="top_logprobs")
+    if not wanted:
+        if top is not None:
+            raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+        return None
+    return 0 if top is None else top
 
 
 def refuse_incompatible(body: dict[str, Any]) -> None:

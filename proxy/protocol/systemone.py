@@ -151,8 +151,9 @@ def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
     return {
         "model": model,
         "answers": answers,
-        "usage": {
-            "input_tokens": sum(o.prompt_evaluated for o in outcomes.values()),
+        "usage": {  # the API's fields, all prompt tokens; the cached share as an extension
+            "input_tokens": sum(o.tokens_in for o in outcomes.values()),
             "output_tokens": sum(o.reads for o in outcomes.values()),
+            "x_cached_input_tokens": sum(o.tokens_cached for o in outcomes.values()),
         },
     }

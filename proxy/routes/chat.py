@@ -9,9 +9,14 @@ from aiohttp import web
 
 from ..app_keys import KIND, PROFILES, SERVICE, UPSTREAM
 from ..errors import InvalidRequest
-from ..protocol.chat import completion_body, completion_chunk
+from ..protocol.chat import completion_body, completion_chunks
 from ..profiles import calibrate, debias_for
-from ..protocol.semif import check_relayed_messages, parse_semif, refuse_incompatible
+from ..protocol.semif import (
+    check_relayed_messages,
+    parse_semif,
+    refuse_incompatible,
+    requested_logprobs,
+)
 from ..decision.outcome import Outcome
 from .common import check_depth, json_object, json_response, relay
 
@@ -25,16 +30,29 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         check_relayed_messages(body)  # a 4xx here, not llama-server's 500
         return await relay(request, request.app[UPSTREAM], raw, "/v1/chat/completions")
     request[KIND] = "decision"
+    top = requested_logprobs(body)
+    include_usage = _include_usage(body)
     outcome, model, stream = await chat_decision(request.app, body, raw)
     if not stream:
-        return json_response(completion_body(outcome, model))
+        return json_response(completion_body(outcome, model, top))
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
     await response.prepare(request)
-    await response.write(b"data: " + orjson.dumps(completion_chunk(outcome, model)) + b"\n\n")
+    for chunk in completion_chunks(outcome, model, top, include_usage):
+        await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+        raise InvalidRequest("stream_options must be an object whose include_usage is a boolean",
+                             param="stream_options")
+    return bool(options.get("include_usage", False))
 
 
 async def chat_decision(

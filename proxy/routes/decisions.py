@@ -10,7 +10,7 @@ from ..app_keys import KIND, SERVICE, SETTINGS
 from ..errors import InvalidRequest
 from ..protocol.decisions import parse_request, response_body
 from .common import check_depth, json_object, json_response
-from .systemone import accepted_model_names, accepts_model
+from .systemone import names_of
 
 __all__ = ["decisions", "decisions_answer"]
 
@@ -31,8 +31,9 @@ async def decisions_answer(app: web.Application, body: dict[str, Any], raw: byte
                              param="input", code="input_too_long")
     service = app[SERVICE]
     info = await service.model()
-    if not accepts_model(info, call.model):
+    names = names_of(app, info)
+    if not names.accepts(call.model):
         raise InvalidRequest(f"unknown model {call.model!r}; this server answers as "
-                             f"{accepted_model_names(info)}", param="model", code="model_not_found")
+                             f"{list(names.listed)}", param="model", code="model_not_found")
     outcomes = await service.decide_many(call.state_text, call.questions)
     return response_body(call, outcomes)

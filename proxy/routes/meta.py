@@ -7,12 +7,13 @@ from aiohttp import web
 import datetime as dt
 
 from ..app_keys import METRICS, PEERS, SERVICE, UPSTREAM
+from ..errors import NotFound
 from ..metrics import CONTENT_TYPE, merged
 from ..workers import peer_metrics
 from .common import json_response
-from .systemone import accepted_model_names
+from .systemone import names_of
 
-__all__ = ["health", "models", "ping", "metrics"]
+__all__ = ["health", "models", "model", "ping", "metrics"]
 
 
 async def health(request: web.Request) -> web.Response:
@@ -41,15 +42,36 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.StreamResponse:
-    """llama-server's OpenAI list (``object``, ``data``) plus the System One list
+    """llama-server's OpenAI list (``object``, ``data``) plus every other name the served
+    model answers to (proxy/names.py) as OpenAI entries, and the System One list
     (``models``: name, description, release_date), in one body."""
     body = await request.app[UPSTREAM].models_list()
     info = await request.app[SERVICE].model()
+    names = names_of(request.app, info).listed
     released = dt.datetime.fromtimestamp(info.created or 0, dt.timezone.utc).date().isoformat()
+    data = body.get("data") if isinstance(body.get("data"), list) else []
+    known = {entry.get("id") for entry in data if isinstance(entry, dict)}
+    body["data"] = [*data, *(_entry(name, info.created) for name in names if name not in known)]
     body["models"] = [
         {"name": name, "description": f"{info.id} served by llama-server, read as a decision model",
          "release_date": released}
-        for name in accepted_model_names(info)
+        for name in names
     ]
     body["x_llama_build"] = info.build
     return json_response(body)
+
+
+def _entry(name: str, created: int | None) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": created or 0, "owned_by": "llamacpp"}
+
+
+async def model(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/models/{id}``: OpenAI's model object for any name the served model answers
+    to; 404 in OpenAI's shape otherwise."""
+    wanted = request.match_info["model"]
+    info = await request.app[SERVICE].model()
+    names = names_of(request.app, info)
+    if not names.accepts(wanted):
+        raise NotFound(f"the model {wanted!r} does not exist; this server answers as "
+                       f"{list(names.listed)}", param="model")
+    return json_response(_entry(wanted, info.created))

@@ -6,7 +6,6 @@ its ``output_modalities``) gets the request forwarded untouched instead.
 
 from __future__ import annotations
 
-from pathlib import PurePath
 from typing import Any
 
 from aiohttp import web
@@ -15,26 +14,19 @@ from ..app_keys import KIND, PROFILES, SERVICE, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
 from ..profiles import calibrate, debias_for
 from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, response_body
+from ..names import ModelNames, model_names, parse_aliases
 from ..upstream import ModelInfo
 from .common import check_depth, json_object, json_response, relay
 
 __all__ = [
-    "accepted_model_names", "accepts_model", "served_here", "system_one", "system_one_answer",
+    "names_of", "served_here", "system_one", "system_one_answer",
 ]
 
 
-def accepted_model_names(info: ModelInfo) -> list[str]:
-    """Names listed for the served model: the System One default alias, llama-server's
-    model id and aliases, and the GGUF file's stem (``make run`` starts llama-server
-    with the stem as ``--alias``, so no file path is shown)."""
-    names = [DEFAULT_MODEL, info.id, *info.aliases, PurePath(info.id).stem]
-    return list(dict.fromkeys(n for n in names if n))
-
-
-def accepts_model(info: ModelInfo, name: str | None) -> bool:
-    """Whether a request naming ``name`` is for the served model: a listed name, or the
-    GGUF path llama-server loaded (accepted for clients that send it, never listed)."""
-    return name in accepted_model_names(info) or bool(info.path) and name == info.path
+def names_of(app: web.Application, info: ModelInfo) -> ModelNames:
+    """What requests may call the served model (proxy/names.py)."""
+    return model_names(info.id, info.aliases, info.path,
+                       parse_aliases(app[SETTINGS].model_aliases))
 
 
 async def system_one(request: web.Request) -> web.StreamResponse:
@@ -67,11 +59,12 @@ async def system_one_answer(
         raise Unprocessable([{"loc": ["body", "state"], "type": "string_too_long",
                               "msg": f"the state is {len(call.state_text)} characters; "
                                      f"the limit is {limit}"}])
-    if call.model is not None and not accepts_model(info, call.model):
+    names = names_of(app, info)
+    if call.model is not None and not names.accepts(call.model):
         raise Unprocessable([{
             "loc": ["body", "model"],
             "msg": f"unknown model {call.model!r}; this server answers as "
-                   f"{accepted_model_names(info)}",
+                   f"{list(names.listed)}",
             "type": "value_error",
         }])
     store = app[PROFILES]

@@ -132,10 +132,13 @@ def test_chat_semif_takes_a_profile(calibrated):
     [("other-model", "qwen3-4b"), ("old-prompt", "semif-0"), ("missing", "no calibration profile"),
      ("../etc/passwd", "invalid calibration profile name"), ("a" * 300, "at most 128")],
 )
-def test_unusable_profiles_are_refused_with_400(calibrated, name, says):
+def test_unusable_profiles_are_refused_with_a_4xx(calibrated, name, says):
     s1 = httpx.post(calibrated + "/v1/systemone", timeout=60,
                     json={"state": STATE, "questions": QUESTIONS, "x_calibration": name})
-    assert s1.status_code == 400 and says in json.dumps(s1.json())
+    # System One's documented validation shape
+    assert s1.status_code == 422 and says in json.dumps(s1.json())
+    detail, = s1.json()["detail"]
+    assert detail["loc"] == ["body", "x_calibration"] and detail["type"] == "calibration_profile"
     chat = httpx.post(calibrated + "/v1/chat/completions", timeout=60, json={
         "messages": [{"role": "user", "content": STATE}],
         "semif": {"options": ["a", "b"], "calibration": name}})

@@ -147,3 +147,13 @@ def test_semif_stream_is_one_chunk_then_done(client):
     assert chunk.choices[0].delta.content in ("billing", "shipping")
     assert chunk.choices[0].finish_reason == "stop"
     assert chunk.model_extra["semif"]["choice"] == chunk.choices[0].delta.content
+    assert chunk.usage is None  # not asked for
+
+
+def test_semif_stream_sends_usage_last_when_asked(client):
+    with _decide(client, {"options": ["billing", "shipping"]}, stream=True,
+                 stream_options={"include_usage": True}) as stream:
+        answer, closing = list(stream)
+    assert answer.usage is None and answer.choices[0].delta.content in ("billing", "shipping")
+    assert closing.choices == [] and closing.usage.completion_tokens == 1
+    assert closing.usage.prompt_tokens > closing.usage.prompt_tokens_details.cached_tokens >= 0

@@ -110,7 +110,7 @@ def test_boolean_choice_values_stay_booleans(client, model):
         ({"input": STATE, "questions": [REFUND, {**TEAM, "choices": TEAM["choices"][:1]}]},
          "questions.1.choices"),
         ({"input": STATE, "questions": []}, "questions"),
-        ({"model": "gpt-6-luna", "input": STATE, "questions": [REFUND]}, "model"),
+        ({"model": "gpt-4o", "input": STATE, "questions": [REFUND]}, "model"),
     ],
 )
 def test_bad_requests_get_openai_errors_naming_the_field(proxy_url, model, body, param):
@@ -134,3 +134,31 @@ def test_malformed_json_is_400(proxy_url):
                       headers={"Content-Type": "application/json"})
     assert resp.status_code == 400
     assert resp.json()["error"]["code"] == "invalid_json"
+
+
+def test_the_documented_model_name_works_and_usage_has_openais_meaning(client, proxy_url):
+    first = client.decisions.create(model="gpt-6-luna", input=STATE, questions=[REFUND, TEAM])
+    again = client.decisions.create(model="gpt-6-luna", input=STATE, questions=[REFUND, TEAM])
+    s1 = httpx.post(proxy_url + "/v1/systemone", timeout=120, json={
+        "state": STATE, "questions": {k: SYSTEM_ONE[k] for k in ("refund", "team")}}).json()
+    prompt_tokens = sum(a["x_prompt_tokens"] for a in s1["answers"].values())
+    # every prompt token counts, however many llama-server had cached
+    assert first.model == "gpt-6-luna"
+    assert first.usage.input_tokens == again.usage.input_tokens == prompt_tokens
+    assert s1["usage"]["input_tokens"] == prompt_tokens
+    cached = again.usage.input_tokens_details.cached_tokens
+    assert 0 < cached < again.usage.input_tokens  # the state was cached, the last token not
+    assert s1["usage"]["x_cached_input_tokens"] > 0
+
+
+@pytest.mark.parametrize("name", ["jev-latest", "gpt-6-luna"])
+def test_models_retrieve_knows_every_listed_name(client, name):
+    listed = [m.id for m in client.models.list().data]
+    assert name in listed
+    assert client.models.retrieve(name).id == name
+
+
+def test_an_unknown_model_is_a_404_in_openais_shape(client):
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("gpt-4o")
+    assert err.value.body["code"] == "model_not_found"

@@ -230,9 +230,11 @@ def test_response_body_has_the_sdk_decision_shape():
              "probabilities": [{"label": "low", "value": 0, "probability": 0.25},
                                {"label": "high", "value": 1, "probability": 0.75}]},
         ],
-        "usage": {"input_tokens": 48, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 0},
+        # OpenAI's meaning: every prompt token (3 x 50), of which 50 - evaluated cached
+        "usage": {"input_tokens": 150,
+                  "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": 10 + 47 + 45},
                   "output_tokens": 4, "output_tokens_details": {"reasoning_tokens": 0},
-                  "total_tokens": 52},
+                  "total_tokens": 154},
     }
     parsed = SdkDecision.model_validate(body)
     assert parsed.model_dump() == body and parsed.answers[1].choice is False
