@@ -6,12 +6,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test unit venv prepare bench results clean
+.PHONY: run test unit venv prepare browser bench results clean
 
 run: venv
 	$(PY) scripts/stack.py
 
-test: venv prepare
+test: venv prepare browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
@@ -28,10 +28,14 @@ $(VENV)/.installed: requirements.lock
 	echo "[make] $(VENV) ready in $$(( $$(date +%s) - start ))s"
 	@$(PY) -c "import aiohttp, pydantic, orjson, prometheus_client" && touch $@
 
-# llama-server and the model, cached outside the clone (scripts/prepare.py).
+# llama-server and the model, cached outside the clone (scripts/prepare.py); for the
+# tests also Debian's chromium (the playground's browser test).
 prepare:
 	@$(PYTHON) scripts/prepare.py model >/dev/null
 	@$(PYTHON) scripts/prepare.py llama-server >/dev/null
+
+browser:
+	@$(PYTHON) scripts/prepare.py browser >/dev/null
 
 bench: venv prepare
 	$(PY) bench/overhead.py

@@ -17,6 +17,7 @@ from .routes.decisions import decisions
 from .routes.invocations import invocations
 from .routes.meta import health, metrics, model, models, ping
 from .routes.openapi import openapi
+from .routes.playground import playground, report_figure, report_page
 from .routes.relayed import relayed
 from .routes.systemone import system_one
 from .service import DecisionService
@@ -47,6 +48,9 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None,
     app.router.add_post("/invocations", invocations)  # SageMaker: any of the bodies above
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/playground", playground)  # / stays llama-server's own web UI
+    app.router.add_get("/playground/report", report_page)
+    app.router.add_get("/playground/report/{file}", report_figure)
     # Every other path and method is llama-server's: relayed unchanged (routes/relayed.py).
     app.router.add_route("*", "/{path:.*}", relayed)
     return app

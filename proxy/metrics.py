@@ -16,7 +16,14 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    PLATFORM_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,6 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
 from .decision.readout import Decision, choice_confidence, score_confidence
+from .errors import UpstreamBadResponse, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 __all__ = [
     "Metrics", "CONTENT_TYPE", "UpstreamClock", "upstream_timer", "upstream_seconds",
@@ -31,7 +39,9 @@ __all__ = [
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-_LATENCY = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60)
+# fine around a small model's decision (10-25 ms on a CPU), then coarse up to the deadline
+_LATENCY = (0.002, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+            2.5, 5, 10, 25, 60)
 _UNIT = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 
 def after_reply(record: Callable[..., None], *args: Any) -> None:
@@ -153,10 +163,18 @@ class _Histogram:
         return [family]
 
 
+# every kind an upstream failure is counted under, exposed at 0 from the start
+_UPSTREAM_KINDS = tuple(e.code for e in (UpstreamError, UpstreamUnavailable, UpstreamTimeout,
+                                         UpstreamBadResponse))
+_KINDS = ("choice", "score", "noul")
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # process_*: memory, CPU, open files (Linux)
+        r.register(PLATFORM_COLLECTOR)  # python_info
         self.latency = _Histogram(
             "semif_request_duration_seconds", "Request latency by route, kind and outcome",
             ["route", "kind", "outcome"], buckets=_LATENCY, registry=r)
@@ -170,23 +188,30 @@ class Metrics:
             "semif_requests_in_flight", "Requests being served", ["route"], registry=r)
         self.questions = _Histogram(
             "semif_questions_per_request", "Questions in one decision request",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 400), registry=r)
         self.options = _Histogram(
             "semif_options_per_question", "Options of one question",
             buckets=(2, 3, 5, 10, 26, 64, 128, 255), registry=r)
         self.label_mass = _Histogram(
-            "semif_label_mass", "Raw probability mass the model gave the labels",
+            "semif_label_mass_ratio", "Raw probability mass the model gave the labels",
             buckets=_UNIT, registry=r)
         self.confidence = _Histogram(
-            "semif_decision_confidence", "Confidence of choice and score answers",
+            "semif_decision_confidence_ratio", "Confidence of choice and score answers",
             ["type"], buckets=_UNIT, registry=r)
+        self.decisions = Counter(
+            "semif_decisions", "Questions answered, by question type", ["type"], registry=r)
         self.wide_reads = Counter(
             "semif_wide_reads", "Readouts that needed a wider read to know every label",
             registry=r)
         self.upstream_errors = Counter(
             "semif_upstream_errors", "llama-server failures by kind", ["kind"], registry=r)
         self.client_errors = Counter(
-            "semif_client_errors", "4xx answers by reason", ["reason"], registry=r)
+            "semif_client_errors", "4xx answers by reason (overloaded: 429)", ["reason"],
+            registry=r)
+        for kind in _UPSTREAM_KINDS:  # a series at 0 from the start, not "No data"
+            self.upstream_errors.labels(kind)
+        self.client_errors.labels("overloaded")
+        self._decided = {kind: self.decisions.labels(kind) for kind in _KINDS}
         self.unrepeatable_reads = Counter(
             "semif_unrepeatable_reads",
             "Reads whose llama-server slot changed under them (a replay may differ)",
@@ -221,10 +246,6 @@ class Metrics:
         self, route: str, kind: str, status: int, elapsed_s: float, upstream_s: float
     ) -> None:
         self._active[route] -= 1
-        children = self._route.get(route)
-        if children is None:
-            children = self._route[route] = (
-                self.upstream_time.labels(route), self.proxy_time.labels(route))
         outcome = ("ok" if status < 400 else "client_error" if status < 500
                    else "server_error" if status == 500 else "upstream_error")
         key = (route, kind, outcome)
@@ -232,7 +253,11 @@ class Metrics:
         if latency is None:  # routes, kinds and outcomes are fixed sets: bounded
             latency = self._latency[key] = self.latency.labels(*key)
         latency.observe(elapsed_s)
-        if kind == "decision" and status < 400:
+        if kind == "decision" and status < 400:  # decision routes only: no all-zero series
+            children = self._route.get(route)
+            if children is None:
+                children = self._route[route] = (
+                    self.upstream_time.labels(route), self.proxy_time.labels(route))
             children[0].observe(upstream_s)
             children[1].observe(max(0.0, elapsed_s - upstream_s))
 
@@ -241,6 +266,7 @@ class Metrics:
         self.options.observe(len(probs))
         self.label_mass.observe(decision.label_mass)
         kind = decision.question.kind
+        self._decided[kind].inc()
         if kind in ("choice", "score"):
             child = self._confidence.get(kind)
             if child is None:
@@ -267,11 +293,17 @@ class _Families:
         return self._families
 
 
+_EARLIEST = ("_created", "_start_time_seconds")  # timestamps: the first process's
+_LARGEST = ("process_max_fds", "python_info")  # the same in every process: not summed
+
+
 def merged(expositions: Sequence[str]) -> bytes:
     """One exposition for several worker processes (``--workers``): the samples with the
-    same name and labels summed (counters, histogram buckets, sums and counts, and the
-    gauges, which all count things in progress), except ``_created`` timestamps, where
-    the earliest stands. Parsed and written by prometheus_client."""
+    same name and labels summed (counters, histogram buckets, sums and counts, the
+    proxy's gauges, which all count things in progress, and the processes' memory, CPU
+    and open files), except timestamps (``_created``, ``process_start_time_seconds``),
+    where the earliest stands, and per-process limits and facts, where the largest does.
+    Parsed and written by prometheus_client."""
     families: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
     for text in expositions:
@@ -284,8 +316,10 @@ def merged(expositions: Sequence[str]) -> bytes:
                 key = (sample.name, tuple(sample.labels.items()))
                 if key not in into:
                     into[key] = sample.value
-                elif sample.name.endswith("_created"):
+                elif sample.name.endswith(_EARLIEST):
                     into[key] = min(into[key], sample.value)
+                elif sample.name in _LARGEST:
+                    into[key] = max(into[key], sample.value)
                 else:
                     into[key] += sample.value
     for name, family in families.items():

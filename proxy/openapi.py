@@ -300,6 +300,22 @@ def _paths() -> dict[str, Schema]:
         "/v1/models": {"get": _operation(
             "llama-server's model list plus the System One names this server answers to",
             _response("the models", _json(_ref("Models"))), _errors("401 502 503 504", oa))},
+        "/playground": {"get": _operation(
+            "a page to try decisions by hand (static: it asks /v1/systemone itself)",
+            _response("the page", {"text/html": {"schema": {"type": "string"}}}), {},
+            open_route=True)},
+        "/playground/report": {"get": _operation(
+            "the newest calibration report with its figures, as a page",
+            _response("the page", {"text/html": {"schema": {"type": "string"}}}),
+            _errors("401", oa))},
+        "/playground/report/{file}": {"get": {
+            **_operation("a figure of a calibration report (NAME.reliability.png, "
+                         "NAME.coverage.png)",
+                         _response("the figure", {"image/png": {"schema": {
+                             "type": "string", "format": "binary"}}}),
+                         _errors("401 404", oa)),
+            "parameters": [{"name": "file", "in": "path", "required": True,
+                            "schema": {"type": "string"}}]}},
         "/v1/models/{model}": {"get": {
             **_operation("one name the served model answers to, as OpenAI's model object",
                          _response("the model", _json(_obj(

@@ -5,6 +5,7 @@
     python scripts/prepare.py llama-server --json   # the whole choice: build, flags, prompt rate
     python scripts/prepare.py llama-server --reprobe   # forget the cached choice, try again
     python scripts/prepare.py llama-server --source    # the b11434 source build for this CPU
+    python scripts/prepare.py browser               # Debian's chromium, for the playground test
 
 Which build is chosen, and why, is ``choose.py``'s docstring. Environment:
 ``GPU=1`` chooses a GPU-capable build that offloads the model; ``LLAMA_BUILD``
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -32,8 +34,35 @@ from scripts.choose import Choice, NoBuildRuns, candidates, choose  # noqa: E402
 from scripts.cpu import read_cpu, source_build  # noqa: E402
 from scripts.fetch import cache_root, ensure_model, say, source_binary  # noqa: E402
 
-__all__ = ["cache_root", "choose_llama_server", "ensure_llama_server", "ensure_model",
-           "gpu_requested"]
+__all__ = ["BROWSER", "cache_root", "choose_llama_server", "ensure_browser",
+           "ensure_llama_server", "ensure_model", "gpu_requested"]
+
+BROWSER = "chromium"  # Debian's package and command (browser downloads from elsewhere fail)
+
+
+def ensure_browser() -> Path:
+    """Debian's headless-capable ``chromium``, installed with apt-get when missing (as root,
+    or through sudo); the tests that drive a real browser need it and never skip."""
+    found = shutil.which(BROWSER)
+    if found:
+        return Path(found)
+    if not shutil.which("apt-get"):
+        raise NoBuildRuns(f"the browser test needs {BROWSER}: install it with your package "
+                          "manager (this is not a Debian-like system)")
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    if sudo and not shutil.which("sudo"):
+        raise NoBuildRuns(f"the browser test needs {BROWSER}: run `apt-get install -y "
+                          f"{BROWSER}` as root")
+    say(f"installing {BROWSER} with apt-get (about 400 MB, once)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update", "-qq"],
+                    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", BROWSER]):
+        if subprocess.run([*sudo, *command], env=env).returncode != 0:
+            raise NoBuildRuns(f"`{' '.join(command)}` failed: install {BROWSER} yourself")
+    found = shutil.which(BROWSER)
+    if not found:
+        raise NoBuildRuns(f"apt-get installed {BROWSER} but it is not on PATH")
+    return Path(found)
 
 
 def gpu_requested(env: dict[str, str] | os._Environ = os.environ) -> bool:
@@ -62,7 +91,7 @@ def ensure_llama_server(source: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["model", "llama-server", "all"])
+    parser.add_argument("what", choices=["model", "llama-server", "browser", "all"])
     parser.add_argument("--source", action="store_true",
                         help="the llama.cpp b11434 source build for this CPU (no probe)")
     parser.add_argument("--reprobe", action="store_true", help="ignore the cached choice")
@@ -71,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     out = ""
     try:
+        if args.what == "browser":
+            out = str(ensure_browser())
         if args.what in ("model", "all"):
             out = str(ensure_model())
         if args.what in ("llama-server", "all"):

@@ -60,7 +60,7 @@ def test_the_schema_catches_broken_variants(breakage):
 
 def test_services_and_their_wiring():
     services = COMPOSE["services"]
-    assert set(services) == {"llama", "proxy", "prometheus"}
+    assert set(services) == {"llama", "proxy", "prometheus", "grafana"}
     llama, proxy = services["llama"], services["proxy"]
     assert llama["build"]["dockerfile"] == "Dockerfile.llama"
     assert proxy["build"]["dockerfile"] == "Dockerfile.proxy"
@@ -93,18 +93,56 @@ def _expressions() -> list[str]:
 @pytest.mark.parametrize(
     ("metric", "grouping"),
     [
-        ("semif_request_duration_seconds_bucket", "sum by (route, le)"),
-        ("semif_decision_confidence_bucket", "sum by (le)"),
-        ("semif_label_mass_bucket", "sum by (le)"),
+        ('semif_request_duration_seconds_bucket{kind="decision",outcome="ok"}',
+         "sum by (route, le)"),
+        ("semif_decision_confidence_ratio_bucket", "sum by (le)"),
+        ("semif_label_mass_ratio_bucket", "sum by (le)"),
         ("semif_upstream_errors_total", "sum by (kind)"),
+        ('semif_client_errors_total{reason="overloaded"}', "sum("),
+        ("semif_decisions_queued", "sum("),
+        ("semif_decisions_total", "sum by (type)"),
+        ("llamacpp:requests_processing", "sum("),
     ],
 )
 def test_dashboard_charts_each_metric(metric: str, grouping: str):
     exprs = [e for e in _expressions() if metric in e]
     assert exprs, f"no panel uses {metric}"
     assert any(grouping in e for e in exprs)
-    if metric.endswith("_bucket"):
-        assert all(e.startswith("histogram_quantile(") for e in exprs)
+
+
+def test_latency_panels_count_decisions_only():
+    latency = [e for e in _expressions() if "semif_request_duration_seconds" in e]
+    assert latency and all('kind="decision"' in e and e.startswith("histogram_quantile(")
+                           for e in latency)
+
+
+def _volume(service: dict, target: str) -> Path:
+    source = next(v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == target)
+    return ROOT / source
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard():
+    grafana = COMPOSE["services"]["grafana"]
+    image, _, tag = grafana["image"].partition(":")
+    assert image == "grafana/grafana-oss" and tag[0].isdigit()
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_started"
+    provisioning = _volume(grafana, "/etc/grafana/provisioning")
+    datasources = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    assert datasources["apiVersion"] == 1
+    (source,) = datasources["datasources"]
+    prometheus_port = COMPOSE["services"]["prometheus"]["ports"][0].rsplit(":", 1)[1]
+    assert source["type"] == "prometheus" and source["isDefault"] is True
+    assert source["url"] == f"http://prometheus:{prometheus_port}"
+    dashboards = yaml.safe_load((provisioning / "dashboards" / "semif.yml").read_text())
+    (provider,) = dashboards["providers"]
+    assert dashboards["apiVersion"] == 1 and provider["type"] == "file"
+    folder = provider["options"]["path"]
+    mounted = [v for v in grafana["volumes"] if v.split(":")[1].startswith(folder + "/")]
+    assert mounted and all((ROOT / v.split(":")[0]).is_file() for v in mounted)
+    assert json.loads(_volume(grafana, mounted[0].split(":")[1]).read_text())["uid"] == \
+        DASHBOARD["uid"]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home in [v.split(":")[1] for v in mounted]
 
 
 def test_dashboard_panels_are_distinct_and_use_the_datasource_variable():

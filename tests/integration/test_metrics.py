@@ -58,8 +58,8 @@ def test_metrics_match_the_traffic(fresh_proxy):
     assert _get(m, "semif_questions_per_request_sum") == 3 * 1 + 2
     assert _get(m, "semif_options_per_question_count") == 5
     assert _get(m, "semif_options_per_question_sum") == 3 * 3 + 4 + 2
-    assert _get(m, "semif_label_mass_count") == 5
-    assert _get(m, "semif_decision_confidence_count", type="choice") == 4
+    assert _get(m, "semif_label_mass_ratio_count") == 5
+    assert _get(m, "semif_decision_confidence_ratio_count", type="choice") == 4
     assert _get(m, "semif_client_errors_total", reason="invalid_request") == 2
     assert _get(m, "semif_client_errors_total", reason="validation_error") == 1
     # upstream time is part of the decision's time, measured for each decision request
@@ -70,6 +70,14 @@ def test_metrics_match_the_traffic(fresh_proxy):
         upstream = _get(m, "semif_decision_upstream_seconds_sum", route=route)
         assert 0 < upstream < total
     assert _get(m, "semif_requests_in_flight", route=CHAT) == 0
+    assert [_get(m, "semif_decisions_total", type=t) for t in ("choice", "noul", "score")] == [
+        4, 1, 0]
+    # the decision-time histograms exist for decision routes only
+    routes = {dict(labels)["route"] for (name, labels) in m
+              if name == "semif_decision_upstream_seconds_count"}
+    assert routes == {CHAT, "/v1/systemone"}
+    assert _get(m, "process_resident_memory_bytes") > 10e6 and _get(m, "process_open_fds") > 0
+    assert _get(m, "semif_upstream_errors_total", kind="upstream_unavailable") == 0  # a series
 
 
 def test_labels_stay_bounded(fresh_proxy):
