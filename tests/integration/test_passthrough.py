@@ -65,12 +65,16 @@ def test_openai_sdk_streams_plain_chat(proxy_url):
     assert len(pieces) > 3
 
 
-def test_models_are_relayed(proxy_url, llama):
+def test_models_are_relayed_then_the_other_names_listed(proxy_url, llama):
     def models(url):  # "created" is llama-server's clock at the time of asking
         return [{k: v for k, v in m.items() if k != "created"}
                 for m in httpx.get(url + "/v1/models").json()["data"]]
 
-    assert models(proxy_url) == models(llama.url)
+    direct, through = models(llama.url), models(proxy_url)
+    assert through[:len(direct)] == direct  # llama-server's entries first, unchanged
+    extra = through[len(direct):]
+    assert {m["id"] for m in extra} >= {"jev-latest", "gpt-6-luna"}
+    assert all(m["object"] == "model" for m in extra)
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/invocations"])
