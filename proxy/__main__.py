@@ -1,7 +1,9 @@
 """``python -m proxy``: parse flags, load settings once, serve until SIGINT/SIGTERM.
 
 ``python -m proxy calibrate DATA.jsonl --profile NAME`` fits a calibration
-profile against a running proxy instead (see ``proxy/calibration``).
+profile against a running proxy instead (see ``proxy/calibration``);
+``python -m proxy batch IN.jsonl OUT.jsonl`` answers a file of requests
+through one (``proxy/batch.py``).
 """
 
 from __future__ import annotations
@@ -32,5 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _command(argv: list[str]) -> int:
+    if argv[:1] == ["calibrate"]:
+        return calibration.main(argv[1:])
+    if argv[:1] == ["batch"]:
+        from .batch import main as batch  # a client: not imported by the server
+
+        return batch(argv[1:])
+    return main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(calibration.main(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else main())
+    sys.exit(_command(sys.argv[1:]))

@@ -14,8 +14,8 @@ from .middleware import MIDDLEWARES
 from .profiles import ProfileStore
 from .routes.chat import chat_completions
 from .routes.decisions import decisions
-from .routes.invocations import invocations
-from .routes.meta import health, metrics, model, models, ping
+from .routes.invocations import execution_parameters, invocations
+from .routes.meta import health, livez, metrics, model, models, ping
 from .routes.openapi import openapi
 from .routes.playground import playground, report_figure, report_page
 from .routes.relayed import relayed
@@ -44,8 +44,10 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None,
     app.router.add_post("/v1/systemone", system_one)
     app.router.add_post("/v1/decisions", decisions)
     app.router.add_get("/health", health)
+    app.router.add_get("/livez", livez)  # liveness: the proxy alone
     app.router.add_get("/ping", ping)  # SageMaker: 200 only when llama-server is ready
     app.router.add_post("/invocations", invocations)  # SageMaker: any of the bodies above
+    app.router.add_get("/execution-parameters", execution_parameters)  # Batch Transform
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/playground", playground)  # / stays llama-server's own web UI

@@ -35,7 +35,8 @@ __all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "render_error"]
 
 log = logging.getLogger("proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/openapi.json", "/playground"})
+OPEN_PATHS = frozenset({"/health", "/livez", "/ping", "/metrics", "/openapi.json",
+                        "/playground"})
 # the request body codings aiohttp decodes (with backports.zstd and Brotli installed);
 # the size limit applies to the decoded body, so a small body cannot inflate past it
 DECODED = frozenset({"gzip", "deflate", "br", "zstd", "identity"})

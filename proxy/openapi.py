@@ -297,6 +297,17 @@ def _paths() -> dict[str, Schema]:
             {**_errors("401 413", oa), **_errors("422", invalid),
              **_errors("400 429 502 503 504", either), **_RELAYED_500},
             {"anyOf": [_ref("ChatRequest"), _ref("SystemOneRequest"), _ref("DecisionsRequest")]})},
+        "/livez": {"get": _operation(
+            "liveness of the proxy process alone (never asks llama-server)",
+            _response("alive", _json(_obj(("status",), status={"const": "alive"}))), {},
+            open_route=True)},
+        "/execution-parameters": {"get": _operation(
+            "SageMaker Batch Transform: how to call /invocations (application/jsonlines, one "
+            "decision request per line, answered line for line)",
+            _response("the parameters", _json(_obj(
+                ("MaxConcurrentTransforms", "BatchStrategy", "MaxPayloadInMB"),
+                MaxConcurrentTransforms=_COUNT, BatchStrategy={"const": "MULTI_RECORD"},
+                MaxPayloadInMB=_COUNT))), _errors("401", oa))},
         "/v1/models": {"get": _operation(
             "llama-server's model list plus the System One names this server answers to",
             _response("the models", _json(_ref("Models"))), _errors("401 502 503 504", oa))},

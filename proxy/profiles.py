@@ -97,6 +97,9 @@ class DebiasPlan:
     note: str = ""
 
 
+_NO_PLAN = DebiasPlan()
+
+
 def debias_for(profile: profiles.Profile | None, question: Question, method: str | None,
                requested: Sequence[int], *, param: str) -> DebiasPlan:
     """The request's debiasing, else the profile's. PriDe needs the profile's prior for
@@ -129,6 +132,8 @@ def calibrate(profile: profiles.Profile | None, outcome: Outcome, plan: DebiasPl
               floor: float | None = None) -> Outcome:
     """The outcome with the position prior divided out (PriDe), then calibrated
     probabilities, their argmax, the method and the route with its reason."""
+    if profile is None and plan == _NO_PLAN:
+        return outcome  # the common case: nothing to apply
     if plan.prior is not None:
         outcome = replace(outcome, decision=divide_out(outcome.decision, plan.prior))
     outcome = replace(outcome, debias=plan.method or outcome.debias, debias_note=plan.note)

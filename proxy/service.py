@@ -220,7 +220,7 @@ class DecisionService:
         outcomes = {first_id: await self._decide(messages, first, None,
                                                  debias.get(first_id, ()), against(first_id))}
         if len(items) > 1:
-            limit = asyncio.Semaphore(self._fanout or await self._total_slots())
+            limit = asyncio.Semaphore(self._fanout or await self.total_slots())
 
             async def one(qid: str, question: Question) -> None:
                 async with limit:
@@ -242,7 +242,8 @@ class DecisionService:
             self._info = await self._upstream.model_info()
         return self._info
 
-    async def _total_slots(self) -> int:
+    async def total_slots(self) -> int:
+        """llama-server's parallel slots (asked once)."""
         if self._slots is None:
             self._slots = await self._upstream.total_slots() or 1
         return self._slots
@@ -354,7 +355,7 @@ class DecisionService:
 
     async def _book(self) -> SlotBook:
         if self._slot_book is None:
-            total = await self._total_slots()
+            total = await self.total_slots()
             if self._slot_book is None:  # the first to get here after the await makes it
                 self._slot_book = SlotBook(worker_slots(total, *self._worker))
                 self._admission.limit_parallel(self._slot_book.size)

@@ -13,7 +13,13 @@ from ..workers import peer_metrics
 from .common import json_response
 from .systemone import names_of
 
-__all__ = ["health", "models", "model", "ping", "metrics"]
+__all__ = ["health", "livez", "models", "model", "ping", "metrics"]
+
+
+async def livez(request: web.Request) -> web.Response:
+    """200 while this process serves, whatever llama-server is doing: a liveness probe
+    that a llama-server restart never fails (readiness is ``/health``)."""
+    return json_response({"status": "alive"})
 
 
 async def health(request: web.Request) -> web.Response:

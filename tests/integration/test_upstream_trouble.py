@@ -37,6 +37,7 @@ def test_stopped_llama_gives_503_then_recovers_without_restarting_the_proxy(own_
             assert int(down.headers["Retry-After"]) > 0
             assert down.json()["error"]["code"] == "upstream_unavailable"
         assert httpx.get(proxy_url + "/health").status_code == 503
+        assert httpx.get(proxy_url + "/livez").json() == {"status": "alive"}  # not killed for it
         started.append(launch_llama(logs_dir, "own-llama", port))
         back = httpx.post(proxy_url + "/v1/chat/completions", json=DECISION, timeout=60)
         assert back.status_code == 200

@@ -1,0 +1,274 @@
+"""``python -m proxy batch IN.jsonl OUT.jsonl``: a file of decision requests through a running proxy.
+
+Each input line is a System One request (``state`` + ``questions``) or a chat request
+(``messages``, usually with ``semif``), with an optional ``id`` (the line number, from
+1, when absent). Each output line is ``{"id", "status", "answer"}`` or ``{"id",
+"status", "error"}``: one bad line never stops the job. OUT is appended line by line,
+so ``--resume`` skips the ids already in it (a torn last line left by a kill is cut
+off first). 429 and 503 are retried after their ``Retry-After`` (with back-off);
+other statuses are recorded as they are. A progress bar (rate, ETA) goes to stderr
+and a summary at the end: outcomes, latency p50/p95, label mass and routes.
+
+The client is aiohttp's, the proxy's own dependency; nothing here imports the
+server side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+import orjson
+
+__all__ = ["Job", "Line", "read_lines", "done_ids", "answer_facts", "summary", "run", "main"]
+
+_RETRY = (429, 503)
+_ATTEMPTS = 6
+_DEFAULT_CONCURRENCY = 4
+
+
+@dataclass(frozen=True)
+class Line:
+    id: Any
+    path: str  # the proxy route it goes to
+    body: bytes | None  # None: the line could not be read; ``error`` says why
+    error: str = ""
+
+
+def _key(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def read_lines(path: Path) -> Iterator[Line]:
+    """The input's requests, in order; blank lines skipped, unreadable ones as errors."""
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                yield Line(number, "", None, f"line {number} is not JSON: {exc}")
+                continue
+            if not isinstance(body, dict):
+                yield Line(number, "", None, f"line {number} is not a JSON object")
+                continue
+            ident = body.pop("id", number)
+            if "messages" in body:
+                route = "/v1/chat/completions"
+            elif "state" in body and isinstance(body.get("questions"), dict):
+                route = "/v1/systemone"
+            else:
+                yield Line(ident, "", None, f"line {number} is neither a System One request "
+                           "(state, questions) nor a chat request (messages)")
+                continue
+            yield Line(ident, route, orjson.dumps(body))
+
+
+def done_ids(out: Path) -> set[str]:
+    """The ids OUT already answers, after cutting off a torn last line (a line without
+    its newline, left by a kill mid-write); ids as their JSON text."""
+    if not out.exists():
+        return set()
+    data = out.read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        with out.open("r+b") as f:
+            f.truncate(keep)
+        data = data[:keep]
+    ids = set()
+    for raw in data.splitlines():
+        try:
+            ids.add(_key(orjson.loads(raw)["id"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue  # not one of ours: left as it is
+    return ids
+
+
+def answer_facts(route: str, answer: dict[str, Any]) -> tuple[list[float], list[str]]:
+    """The label masses and routes an answer reports (System One: per question)."""
+    if route == "/v1/systemone":
+        answers = list((answer.get("answers") or {}).values())
+        return ([a["x_label_mass"] for a in answers if "x_label_mass" in a],
+                [a["x_route"] for a in answers if a.get("x_route")])
+    semif = answer.get("semif") or {}
+    return ([semif["label_mass"]] if "label_mass" in semif else [],
+            [semif["route"]] if semif.get("route") else [])
+
+
+@dataclass
+class Job:
+    total: int
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    done: int = 0
+    outcomes: Counter = field(default_factory=Counter)
+    latencies: list[float] = field(default_factory=list)
+    masses: list[float] = field(default_factory=list)
+    routes: Counter = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    skipped: int = 0  # lines OUT already answered (--resume)
+    _drawn: float = 0.0
+
+    def record(self, status: int | None, latency: float | None, route: str,
+               answer: dict[str, Any] | None) -> None:
+        self.done += 1
+        self.outcomes["ok" if status == 200 else f"status {status}" if status else "error"] += 1
+        if latency is not None:
+            self.latencies.append(latency)
+        if answer is not None:
+            masses, routes = answer_facts(route, answer)
+            self.masses += masses
+            self.routes.update(routes)
+        now = time.monotonic()
+        if now - self._drawn >= 0.2 or self.done == self.total:
+            self._drawn = now
+            self.stream.write("\r" + self.bar(now) + ("\n" if self.done == self.total else ""))
+            self.stream.flush()
+
+    def bar(self, now: float, width: int = 30) -> str:
+        frac = self.done / self.total if self.total else 1.0
+        rate = self.done / max(now - self.started, 1e-9)
+        eta = (self.total - self.done) / rate if rate > 0 else math.inf
+        filled = int(frac * width)
+        return (f"batch [{'#' * filled}{'-' * (width - filled)}] {self.done}/{self.total} "
+                f"{frac:4.0%} {rate:6.1f}/s ETA {eta:5.0f}s")
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    xs = sorted(values)
+    h = (len(xs) - 1) * q
+    i = math.floor(h)
+    return xs[i] if i + 1 >= len(xs) else xs[i] + (h - i) * (xs[i + 1] - xs[i])
+
+
+def summary(job: Job) -> list[str]:
+    """The end-of-job lines: outcomes, latency, label mass and routes."""
+    spent = time.monotonic() - job.started
+    lines = [f"{job.done} lines in {spent:.1f}s ({job.done / max(spent, 1e-9):.1f}/s)"
+             + (f", {job.skipped} already done (--resume)" if job.skipped else "")
+             + ": " + ", ".join(f"{k} {v}" for k, v in sorted(job.outcomes.items()))]
+    if job.latencies:
+        lines.append(f"latency p50 {1e3 * _quantile(job.latencies, 0.5):.0f} ms, "
+                     f"p95 {1e3 * _quantile(job.latencies, 0.95):.0f} ms")
+    if job.masses:
+        lines.append("label mass p5 / p50 / p95: " + " / ".join(
+            f"{_quantile(job.masses, q):.3f}" for q in (0.05, 0.5, 0.95)))
+    if job.routes:
+        lines.append("routes: " + ", ".join(f"{k} {v}" for k, v in sorted(job.routes.items())))
+    return lines
+
+
+async def _send(session: aiohttp.ClientSession, url: str, line: Line
+                ) -> tuple[dict[str, Any], int | None, float | None, dict[str, Any] | None]:
+    """The output record for one line, its status, latency and answer."""
+    if line.body is None:
+        return {"id": line.id, "status": None, "error": {"message": line.error}}, None, None, None
+    delay = 0.5
+    for attempt in range(_ATTEMPTS):
+        started = time.monotonic()
+        try:
+            async with session.post(url + line.path, data=line.body,
+                                    headers={"Content-Type": "application/json"}) as resp:
+                raw = await resp.read()
+                status, retry_after = resp.status, resp.headers.get("Retry-After")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            if attempt + 1 == _ATTEMPTS:
+                return ({"id": line.id, "status": None,
+                         "error": {"message": f"the proxy could not be reached: {exc!r}"}},
+                        None, None, None)
+            await asyncio.sleep(delay)
+            delay *= 2
+            continue
+        latency = time.monotonic() - started
+        if status in _RETRY and attempt + 1 < _ATTEMPTS:
+            wait = float(retry_after) if retry_after and retry_after.isdigit() else delay
+            await asyncio.sleep(max(wait, delay))
+            delay *= 2
+            continue
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = {"message": raw[:500].decode("utf-8", "replace")}
+        if status == 200:
+            return {"id": line.id, "status": status, "answer": body}, status, latency, body
+        return {"id": line.id, "status": status, "error": body}, status, latency, None
+    raise AssertionError("unreachable")
+
+
+async def _server_slots(session: aiohttp.ClientSession, url: str) -> int | None:
+    """llama-server's parallel slots, from its ``/props`` (relayed by the proxy)."""
+    try:
+        async with session.get(url + "/props") as resp:
+            if resp.status != 200:
+                return None
+            slots = (await resp.json()).get("total_slots")
+            return int(slots) if isinstance(slots, int) and slots > 0 else None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return None
+
+
+async def run(source: Path, out: Path, url: str, *, concurrency: int | None = None,
+              resume: bool = False, api_key: str | None = None, timeout_s: float = 600.0,
+              stream: TextIO | None = None) -> Job:
+    """Answer every line of ``source`` not yet in ``out`` (with ``resume``), appending."""
+    done = done_ids(out) if resume else set()
+    if not resume and out.exists() and out.stat().st_size:
+        raise FileExistsError(f"{out} exists: pass --resume to continue it, or remove it")
+    lines = [line for line in read_lines(source) if _key(line.id) not in done]
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    url = url.rstrip("/")
+    job = Job(len(lines), stream or sys.stderr, skipped=len(done))
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+        width = concurrency or await _server_slots(session, url) or _DEFAULT_CONCURRENCY
+        queue = iter(lines)
+        with out.open("ab") as sink:
+            async def worker() -> None:
+                for line in queue:
+                    record, status, latency, answer = await _send(session, url, line)
+                    sink.write(orjson.dumps(record) + b"\n")
+                    sink.flush()  # a kill loses at most the line being written
+                    job.record(status, latency, line.path, answer)
+
+            await asyncio.gather(*(worker() for _ in range(width)))
+    return job
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m proxy batch", description=__doc__.splitlines()[0])
+    p.add_argument("input", type=Path, help="JSONL: one System One or chat request per line")
+    p.add_argument("output", type=Path, help="JSONL written line by line: id and answer or error")
+    p.add_argument("--url", default="http://127.0.0.1:8080", help="the running proxy")
+    p.add_argument("--api-key", default=os.environ.get("PROXY_API_KEY") or None,
+                   help="bearer key for the proxy (default: PROXY_API_KEY)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="requests in flight (default: llama-server's slots, from /props)")
+    p.add_argument("--resume", action="store_true", help="skip the ids OUT already answers")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.concurrency is not None and args.concurrency < 1:
+        print("batch: --concurrency must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        job = asyncio.run(run(args.input, args.output, args.url, concurrency=args.concurrency,
+                              resume=args.resume, api_key=args.api_key, timeout_s=args.timeout))
+    except OSError as exc:  # FileExistsError too
+        print(f"batch: {exc}", file=sys.stderr)
+        return 2
+    for line in summary(job):
+        print(line)
+    return 0 if job.outcomes.get("ok", 0) == job.done else 1
