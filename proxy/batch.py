@@ -1,13 +1,19 @@
 """``python -m proxy batch IN.jsonl OUT.jsonl``: a file of decision requests through a running proxy.
 
-Each input line is a System One request (``state`` + ``questions``) or a chat request
-(``messages``, usually with ``semif``), with an optional ``id`` (the line number, from
-1, when absent). Each output line is ``{"id", "status", "answer"}`` or ``{"id",
-"status", "error"}``: one bad line never stops the job. OUT is appended line by line,
-so ``--resume`` skips the ids already in it (a torn last line left by a kill is cut
-off first). 429 and 503 are retried after their ``Retry-After`` (with back-off);
-other statuses are recorded as they are. A progress bar (rate, ETA) goes to stderr
-and a summary at the end: outcomes, latency p50/p95, label mass and routes.
+Each input line is a System One request (``state`` + ``questions{}``), an OpenAI
+Decisions request (``input`` + ``questions[]``) or a chat request (``messages``,
+usually with ``semif``), with an optional ``id`` (the line number, from 1, when
+absent; ids must be unique). Each output line is ``{"id", "status", "answer"}`` or
+``{"id", "status", "error"}``: one bad line never stops the job. OUT is appended
+line by line (locked against a second job), so ``--resume`` skips the ids already
+settled in it: answered (200), or refused for good (a 4xx other than 429, a line
+that is not a request); lines that failed for a passing reason (429, 5xx, the
+proxy unreachable) are asked again, and the last record of an id is the one that
+counts. A torn last line left by a kill is cut off first. 429 and 503 are retried
+after their ``Retry-After`` (with back-off); a timeout is recorded, not retried. A
+progress bar (rate, ETA) goes to stderr and a summary at the end: outcomes,
+latency p50/p95, label mass and routes. The exit status is 0 when every line's
+last record is a 200.
 
 The client is aiohttp's, the proxy's own dependency; nothing here imports the
 server side.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import math
 import os
 import sys
@@ -30,7 +37,8 @@ from typing import Any, TextIO
 import aiohttp
 import orjson
 
-__all__ = ["Job", "Line", "read_lines", "done_ids", "answer_facts", "summary", "run", "main"]
+__all__ = ["Job", "Line", "read_lines", "done_ids", "settled", "last_records", "answer_facts",
+           "summary", "run", "main"]
 
 _RETRY = (429, 503)
 _ATTEMPTS = 6
@@ -68,31 +76,50 @@ def read_lines(path: Path) -> Iterator[Line]:
                 route = "/v1/chat/completions"
             elif "state" in body and isinstance(body.get("questions"), dict):
                 route = "/v1/systemone"
+            elif "input" in body and isinstance(body.get("questions"), list):
+                route = "/v1/decisions"
             else:
                 yield Line(ident, "", None, f"line {number} is neither a System One request "
-                           "(state, questions) nor a chat request (messages)")
+                           "(state, questions{}), a Decisions request (input, questions[]) nor "
+                           "a chat request (messages)")
                 continue
             yield Line(ident, route, orjson.dumps(body))
 
 
-def done_ids(out: Path) -> set[str]:
-    """The ids OUT already answers, after cutting off a torn last line (a line without
-    its newline, left by a kill mid-write); ids as their JSON text."""
+def settled(record: dict[str, Any]) -> bool:
+    """Whether asking again would not change a record: answered, or refused for good."""
+    status = record.get("status")
+    if status == 200:
+        return True
+    if isinstance(status, int):
+        return 400 <= status < 500 and status != 429
+    return (record.get("error") or {}).get("code") == "invalid_line"
+
+
+def last_records(out: Path) -> dict[str, dict[str, Any]]:
+    """Each id's last record in OUT (ids as their JSON text), after cutting off a torn
+    last line (a line without its newline, left by a kill mid-write)."""
     if not out.exists():
-        return set()
+        return {}
     data = out.read_bytes()
     if data and not data.endswith(b"\n"):
         keep = data.rfind(b"\n") + 1
         with out.open("r+b") as f:
             f.truncate(keep)
         data = data[:keep]
-    ids = set()
+    records: dict[str, dict[str, Any]] = {}
     for raw in data.splitlines():
         try:
-            ids.add(_key(orjson.loads(raw)["id"]))
+            record = orjson.loads(raw)
+            records[_key(record["id"])] = record
         except (orjson.JSONDecodeError, KeyError, TypeError):
             continue  # not one of ours: left as it is
-    return ids
+    return records
+
+
+def done_ids(out: Path) -> set[str]:
+    """The ids OUT has settled (``settled``): what ``--resume`` skips."""
+    return {key for key, record in last_records(out).items() if settled(record)}
 
 
 def answer_facts(route: str, answer: dict[str, Any]) -> tuple[list[float], list[str]]:
@@ -172,7 +199,8 @@ async def _send(session: aiohttp.ClientSession, url: str, line: Line
                 ) -> tuple[dict[str, Any], int | None, float | None, dict[str, Any] | None]:
     """The output record for one line, its status, latency and answer."""
     if line.body is None:
-        return {"id": line.id, "status": None, "error": {"message": line.error}}, None, None, None
+        return ({"id": line.id, "status": None,
+                 "error": {"code": "invalid_line", "message": line.error}}, None, None, None)
     delay = 0.5
     for attempt in range(_ATTEMPTS):
         started = time.monotonic()
@@ -181,10 +209,15 @@ async def _send(session: aiohttp.ClientSession, url: str, line: Line
                                     headers={"Content-Type": "application/json"}) as resp:
                 raw = await resp.read()
                 status, retry_after = resp.status, resp.headers.get("Retry-After")
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except asyncio.TimeoutError:
+            return ({"id": line.id, "status": None,
+                     "error": {"code": "timeout", "message": "no answer within the timeout"}},
+                    None, None, None)
+        except aiohttp.ClientError as exc:
             if attempt + 1 == _ATTEMPTS:
                 return ({"id": line.id, "status": None,
-                         "error": {"message": f"the proxy could not be reached: {exc!r}"}},
+                         "error": {"code": "unreachable",
+                                   "message": f"the proxy could not be reached: {exc!r}"}},
                         None, None, None)
             await asyncio.sleep(delay)
             delay *= 2
@@ -217,22 +250,39 @@ async def _server_slots(session: aiohttp.ClientSession, url: str) -> int | None:
         return None
 
 
+def _unique(lines: list[Line]) -> None:
+    seen: set[str] = set()
+    for line in lines:
+        key = _key(line.id)
+        if key in seen:
+            raise ValueError(f"the id {key} is on more than one line: ids must be unique")
+        seen.add(key)
+
+
 async def run(source: Path, out: Path, url: str, *, concurrency: int | None = None,
               resume: bool = False, api_key: str | None = None, timeout_s: float = 600.0,
-              stream: TextIO | None = None) -> Job:
-    """Answer every line of ``source`` not yet in ``out`` (with ``resume``), appending."""
-    done = done_ids(out) if resume else set()
+              stream: TextIO | None = None) -> tuple[Job, bool]:
+    """Answer every line of ``source`` not yet settled in ``out`` (with ``resume``),
+    appending; also whether every line's last record is now a 200."""
+    everything = list(read_lines(source))
+    _unique(everything)
     if not resume and out.exists() and out.stat().st_size:
         raise FileExistsError(f"{out} exists: pass --resume to continue it, or remove it")
-    lines = [line for line in read_lines(source) if _key(line.id) not in done]
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    url = url.rstrip("/")
-    job = Job(len(lines), stream or sys.stderr, skipped=len(done))
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
-        width = concurrency or await _server_slots(session, url) or _DEFAULT_CONCURRENCY
-        queue = iter(lines)
-        with out.open("ab") as sink:
+    with out.open("ab") as sink:
+        try:
+            fcntl.flock(sink, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FileExistsError(f"another batch job is writing {out}") from None
+        done = done_ids(out) if resume else set()
+        lines = [line for line in everything if _key(line.id) not in done]
+        job = Job(len(lines), stream or sys.stderr, skipped=len(done))
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        url = url.rstrip("/")
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+            width = concurrency or await _server_slots(session, url) or _DEFAULT_CONCURRENCY
+            queue = iter(lines)
+
             async def worker() -> None:
                 for line in queue:
                     record, status, latency, answer = await _send(session, url, line)
@@ -241,7 +291,9 @@ async def run(source: Path, out: Path, url: str, *, concurrency: int | None = No
                     job.record(status, latency, line.path, answer)
 
             await asyncio.gather(*(worker() for _ in range(width)))
-    return job
+    final = last_records(out)
+    complete = all(final.get(_key(line.id), {}).get("status") == 200 for line in everything)
+    return job, complete
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bearer key for the proxy (default: PROXY_API_KEY)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="requests in flight (default: llama-server's slots, from /props)")
-    p.add_argument("--resume", action="store_true", help="skip the ids OUT already answers")
+    p.add_argument("--resume", action="store_true",
+                   help="skip the ids OUT has settled (answered, or refused for good)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     return p
 
@@ -264,11 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("batch: --concurrency must be at least 1", file=sys.stderr)
         return 2
     try:
-        job = asyncio.run(run(args.input, args.output, args.url, concurrency=args.concurrency,
-                              resume=args.resume, api_key=args.api_key, timeout_s=args.timeout))
-    except OSError as exc:  # FileExistsError too
+        job, complete = asyncio.run(run(
+            args.input, args.output, args.url, concurrency=args.concurrency, resume=args.resume,
+            api_key=args.api_key, timeout_s=args.timeout))
+    except (OSError, ValueError) as exc:  # FileExistsError too
         print(f"batch: {exc}", file=sys.stderr)
         return 2
     for line in summary(job):
         print(line)
-    return 0 if job.outcomes.get("ok", 0) == job.done else 1
+    return 0 if complete else 1

@@ -38,6 +38,7 @@ __all__ = [
     "UpstreamBadResponse",
     "UpstreamRejected",
     "openai_error_body",
+    "error_record",
     "openai_error_response",
     "system_one_error_response",
 ]
@@ -155,6 +156,15 @@ def openai_error_body(err: ProxyError) -> dict[str, Any]:
             "code": err.code,
         }
     }
+
+
+def error_record(err: ProxyError) -> dict[str, Any]:
+    """One failed jsonlines line: OpenAI's error fields plus the status it would have had
+    alone (and System One's ``detail[]`` for a validation error)."""
+    record: dict[str, Any] = {"status": err.status, **openai_error_body(err)["error"]}
+    if isinstance(err, Unprocessable):
+        record["detail"] = err.details
+    return {"error": record}
 
 
 def openai_error_response(err: ProxyError) -> web.Response:

@@ -31,7 +31,7 @@ from .errors import (
 )
 from .metrics import after_reply, upstream_seconds
 
-__all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "render_error"]
+__all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "count_error", "render_error"]
 
 log = logging.getLogger("proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -129,15 +129,20 @@ def _render(request: web.Request, err: ProxyError) -> web.Response:
     return render_error(request.app, request.method, request.path, api, err)
 
 
-def render_error(app: web.Application, method: str, path: str, api: str, err: ProxyError
-                 ) -> web.Response:
-    """``err`` counted and rendered in its API's error body ("openai" or "systemone")."""
+def count_error(app: web.Application, method: str, path: str, err: ProxyError) -> None:
+    """``err`` counted (and an upstream failure logged): for an answer, or a jsonlines line."""
     metrics = app[METRICS]
     if isinstance(err, UpstreamError) and err.status >= 500:
         log.warning("%s %s -> %d %s", method, path, err.status, err.message)
         metrics.upstream_errors.labels(err.code).inc()
     elif err.status < 500:
         metrics.client_errors.labels(err.code).inc()
+
+
+def render_error(app: web.Application, method: str, path: str, api: str, err: ProxyError
+                 ) -> web.Response:
+    """``err`` counted and rendered in its API's error body ("openai" or "systemone")."""
+    count_error(app, method, path, err)
     return system_one_error_response(err) if api == "systemone" else openai_error_response(err)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import PurePath
 
 __all__ = ["SDK_NAMES", "ModelNames", "model_names", "parse_aliases"]
@@ -38,6 +39,7 @@ def model_names(model_id: str, aliases: Sequence[str] = (), path: str = "",
     return ModelNames(tuple(dict.fromkeys(n for n in names if n)), path)
 
 
+@lru_cache(maxsize=8)  # the setting's one string, parsed once
 def parse_aliases(text: str) -> tuple[str, ...]:
     """``--model-aliases``: comma-separated names, blanks dropped."""
     return tuple(a.strip() for a in text.split(",") if a.strip())

@@ -268,6 +268,16 @@ def _operation(summary: str, ok: Schema, errors: dict[str, Schema],
     return op
 
 
+_LINES = {"application/jsonlines": {"schema": {
+    "type": "string", "description": "one JSON answer (or error record) per line, in order"}}}
+
+
+def _jsonlines(op: Schema) -> Schema:
+    """The operation also taking an application/jsonlines body."""
+    op["requestBody"]["content"].update(_LINES)
+    return op
+
+
 def _paths() -> dict[str, Schema]:
     oa, detail, invalid = _ref("OpenAIError"), _ref("DetailError"), _ref("ValidationError")
     either = {"anyOf": [oa, detail]}
@@ -291,12 +301,15 @@ def _paths() -> dict[str, Schema]:
             "OpenAI Decisions: questions about one input, answered in order",
             _response("a Decision", _json(_ref("DecisionsResponse"))),
             _errors("400 401 413 429 502 503 504", oa), _ref("DecisionsRequest"))},
-        "/invocations": {"post": _operation(
-            "SageMaker: any body of the three routes above, told apart by its fields",
-            _response("the answer of the route the body belongs to", {**_json(answer), **_EVENTS}),
+        "/invocations": {"post": _jsonlines(_operation(
+            "SageMaker: any body of the three routes above, told apart by its fields; "
+            "application/jsonlines: one such decision request per line (Batch Transform), "
+            "answered line for line",
+            _response("the answer of the route the body belongs to",
+                      {**_json(answer), **_EVENTS, **_LINES}),
             {**_errors("401 413", oa), **_errors("422", invalid),
              **_errors("400 429 502 503 504", either), **_RELAYED_500},
-            {"anyOf": [_ref("ChatRequest"), _ref("SystemOneRequest"), _ref("DecisionsRequest")]})},
+            {"anyOf": [_ref("ChatRequest"), _ref("SystemOneRequest"), _ref("DecisionsRequest")]}))},
         "/livez": {"get": _operation(
             "liveness of the proxy process alone (never asks llama-server)",
             _response("alive", _json(_obj(("status",), status={"const": "alive"}))), {},

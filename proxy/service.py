@@ -283,9 +283,10 @@ class DecisionService:
                 # All labels from one read: one forward pass, one set of numerics.
                 logprobs = read.of(ids)
                 if logprobs is not None:
-                    return Outcome(
+                    return Outcome(  # each read sent the whole prompt (mostly cached)
                         decide(question, logprobs), tuple(names), read.model,
                         first.prompt_tokens, evaluated, reads,
+                        input_tokens=first.prompt_tokens * reads,
                     )
         missing = [label for label, tid in labels if tid not in read.logprobs]
         raise UpstreamBadResponse(

@@ -49,7 +49,7 @@ def ensure_browser() -> Path:
     if not shutil.which("apt-get"):
         raise NoBuildRuns(f"the browser test needs {BROWSER}: install it with your package "
                           "manager (this is not a Debian-like system)")
-    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]  # never a password prompt
     if sudo and not shutil.which("sudo"):
         raise NoBuildRuns(f"the browser test needs {BROWSER}: run `apt-get install -y "
                           f"{BROWSER}` as root")

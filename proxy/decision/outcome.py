@@ -28,7 +28,9 @@ class Outcome:
     debias_note: str = ""  # why it is not the one asked for, when it is not
     # cyclic reads: (shift, probabilities by position shown), for estimating a position prior
     rotations: tuple[tuple[int, tuple[float, ...]], ...] = ()
-    input_tokens: int = 0  # every prompt read (rotations, a content-free read); 0: prompt_tokens
+    # every prompt sent, once per read (a widened read, rotations, a content-free read);
+    # 0: prompt_tokens
+    input_tokens: int = 0
 
     @property
     def tokens_in(self) -> int:

@@ -41,10 +41,18 @@ def semif_object(outcome: Outcome) -> dict[str, Any]:
 def _usage(outcome: Outcome) -> dict[str, int]:
     return {
         "prompt_tokens": outcome.tokens_in,
-        "completion_tokens": 1,
-        "total_tokens": outcome.tokens_in + 1,
+        "completion_tokens": outcome.reads,  # one token per read, as System One counts them
+        "total_tokens": outcome.tokens_in + outcome.reads,
         "prompt_tokens_details": {"cached_tokens": outcome.tokens_cached},
     }
+
+
+def _logprobs_of(outcome: Outcome) -> str:
+    """What the listed log-probabilities are of: "calibrated" (a profile's map changed
+    them), "debiased" (PriDe or contextual), or the labels' "read" probabilities."""
+    if outcome.calibration is not None and outcome.calibration.get("method") != "none":
+        return "calibrated"
+    return "debiased" if outcome.debias is not None else "read"
 
 
 def _entry(name: str, p: float) -> dict[str, Any]:
@@ -72,7 +80,7 @@ def completion_body(outcome: Outcome, model: str | None,
     logprobs = None
     if top_logprobs is not None:
         logprobs = logprobs_object(outcome, top_logprobs)
-        semif["logprobs_of"] = "calibrated" if outcome.calibration is not None else "read"
+        semif["logprobs_of"] = _logprobs_of(outcome)
     return {
         "id": f"chatcmpl-semif-{random.getrandbits(128):032x}",  # unique, not secret
         "object": "chat.completion",

@@ -9,21 +9,26 @@ A ``Content-Type: application/jsonlines`` body (SageMaker Batch Transform with
 ``SplitType=Line`` and ``BatchStrategy=MultiRecord``) holds one decision request per
 line, of any of the three shapes (chat with ``semif``); the answer is
 ``application/jsonlines`` in the same order, one line per input line, a failed line
-answering ``{"error": {status, code, message, param[, detail]}}``. Lines are read as
-many at a time as llama-server has slots; each is admitted like a request of its own.
+answering ``{"error": {status, message, type, param, code[, detail]}}`` (a blank line
+too, so the answer has as many lines as the body). At most ``MAX_LINES`` lines; they
+are read as many at a time as llama-server has slots, each admitted like a request of
+its own, and counted under the request kind "batch" (not in the decision latency).
 ``GET /execution-parameters`` tells Batch Transform how to call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import uuid
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from ..app_keys import API, KIND, METRICS, SERVICE, SETTINGS
-from ..errors import InvalidRequest, ProxyError, Unprocessable, UpstreamError
+from ..app_keys import API, KIND, SERVICE, SETTINGS
+from ..errors import InvalidRequest, ProxyError, error_record
+from ..middleware import count_error
 from ..protocol.chat import completion_body
 from ..protocol.semif import requested_logprobs
 from ..protocol.systemone import parse_request
@@ -32,10 +37,13 @@ from .common import check_depth, json_object
 from .decisions import decisions, decisions_answer
 from .systemone import served_here, system_one, system_one_answer
 
-__all__ = ["JSONLINES", "invocations", "execution_parameters", "body_shape", "answer_line"]
+__all__ = ["JSONLINES", "MAX_LINES", "invocations", "execution_parameters", "body_shape",
+           "answer_line"]
 
 JSONLINES = frozenset({"application/jsonlines", "application/jsonl", "application/x-jsonlines"})
+MAX_LINES = 10_000  # records in one jsonlines payload
 _MIB = 1024 * 1024
+log = logging.getLogger("proxy")
 
 
 async def invocations(request: web.Request) -> web.StreamResponse:
@@ -74,50 +82,65 @@ async def execution_parameters(request: web.Request) -> web.Response:
 
 
 async def _jsonlines(request: web.Request) -> web.Response:
-    request[KIND] = "decision"
+    request[KIND] = "batch"
     app = request.app
-    lines = [line for line in (await request.read()).split(b"\n") if line.strip()]
+    lines = (await request.read()).split(b"\n")
+    if lines and not lines[-1].strip():
+        lines.pop()  # the last line's newline
     if not lines:
         raise InvalidRequest("the jsonlines body has no lines", code="empty_body")
-    limit = asyncio.Semaphore(await app[SERVICE].total_slots())
+    if len(lines) > MAX_LINES:
+        raise InvalidRequest(f"the jsonlines body has {len(lines)} lines; the limit is "
+                             f"{MAX_LINES}: send smaller payloads (MaxPayloadInMB)",
+                             code="too_many_lines")
+    answers: list[bytes] = [b""] * len(lines)
+    todo = iter(enumerate(lines))
 
-    async def one(raw: bytes) -> bytes:
-        async with limit:
-            return orjson.dumps(await answer_line(app, raw))
+    async def worker() -> None:
+        for i, raw in todo:
+            answers[i] = orjson.dumps(await answer_line(app, raw))
 
-    answers = await asyncio.gather(*(one(line) for line in lines))
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(len(lines), await app[SERVICE].total_slots())):
+            group.create_task(worker())
     return web.Response(body=b"\n".join(answers) + b"\n", content_type="application/jsonlines")
 
 
 async def answer_line(app: web.Application, raw: bytes) -> dict[str, Any]:
-    """One jsonlines record's answer, or its error record (counted like a request's)."""
+    """One jsonlines record's answer, or its error record (counted like a request's; an
+    unexpected failure is logged with an id and answered as a 500 record)."""
     try:
-        body = json_object(raw)
-        shape = body_shape(body)
-        check_depth(body, raw)
-        if shape == "systemone":
-            call = parse_request(body)
-            info = await app[SERVICE].model()
-            if not served_here(info):
-                raise InvalidRequest("llama-server serves a native decision model: send System "
-                                     "One requests to it one at a time", code="native_model")
-            return await system_one_answer(app, call, info)
-        if shape == "decisions":
-            return await decisions_answer(app, body, raw)
-        if body.get("semif") is None:
-            raise InvalidRequest("a jsonlines line is a decision: a chat request needs semif "
-                                 "(generations go to /invocations one at a time)", param="semif")
-        top = requested_logprobs(body)
-        outcome, model, _stream = await chat_decision(app, body, raw)
-        return completion_body(outcome, model, top)
+        if not raw.strip():
+            raise InvalidRequest("the line is blank", code="blank_line")
+        return await _answer(app, raw)
     except ProxyError as err:
-        metrics = app[METRICS]
-        if isinstance(err, UpstreamError) and err.status >= 500:
-            metrics.upstream_errors.labels(err.code).inc()
-        elif err.status < 500:
-            metrics.client_errors.labels(err.code).inc()
-        record: dict[str, Any] = {"status": err.status, "code": err.code, "message": err.message,
-                                  "param": err.param}
-        if isinstance(err, Unprocessable):
-            record["detail"] = err.details
-        return {"error": record}
+        count_error(app, "POST", "/invocations", err)
+        return error_record(err)
+    except Exception as exc:  # noqa: BLE001 - one line's bug must not sink the payload
+        request_id = uuid.uuid4().hex[:16]
+        log.error("a jsonlines line failed (request id %s)", request_id, exc_info=exc)
+        return error_record(ProxyError(
+            f"the proxy failed to answer this line (request id {request_id})"))
+
+
+async def _answer(app: web.Application, raw: bytes) -> dict[str, Any]:
+    body = json_object(raw)
+    shape = body_shape(body)
+    check_depth(body, raw)
+    if shape == "systemone":
+        call = parse_request(body)
+        info = await app[SERVICE].model()
+        if not served_here(info):
+            raise InvalidRequest("llama-server serves a native decision model: send System "
+                                 "One requests to it one at a time", code="native_model")
+        return await system_one_answer(app, call, info)
+    if shape == "decisions":
+        return await decisions_answer(app, body, raw)
+    if body.get("semif") is None:
+        raise InvalidRequest("a jsonlines line is a decision: a chat request needs semif "
+                             "(generations go to /invocations one at a time)", param="semif")
+    if body.get("stream"):
+        raise InvalidRequest("a jsonlines line is answered whole: no stream", param="stream")
+    top = requested_logprobs(body)
+    outcome, model, _stream = await chat_decision(app, body, raw)
+    return completion_body(outcome, model, top)

@@ -33,7 +33,7 @@ async def playground(request: web.Request) -> web.Response:
 
 def _newest_report(directory: Path) -> Path | None:
     reports = [p for p in directory.glob("*.report.md")
-               if NAME_PATTERN.fullmatch(p.name[:-len(".report.md")])]
+               if NAME_PATTERN.fullmatch(p.name[:-len(".report.md")]) and p.name[0] != "."]
     return max(reports, key=lambda p: p.stat().st_mtime, default=None)
 
 
@@ -64,6 +64,7 @@ async def report_figure(request: web.Request) -> web.StreamResponse:
     other name is a 404 (no path reaches outside the folder)."""
     match = _FIGURE.fullmatch(request.match_info["file"])
     path = Path(request.app[SETTINGS].calibration_dir) / request.match_info["file"]
-    if match is None or not NAME_PATTERN.fullmatch(match["name"]) or not path.is_file():
+    if (match is None or not NAME_PATTERN.fullmatch(match["name"])
+            or match["name"].startswith(".") or not path.is_file()):
         raise NotFound(f"no calibration figure {request.match_info['file']!r}", code="not_found")
     return web.FileResponse(path, headers={"Content-Type": "image/png"})

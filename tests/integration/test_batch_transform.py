@@ -17,7 +17,8 @@ HEADERS = {"Content-Type": "application/jsonlines"}
 def test_every_line_is_answered_in_order(proxy_url):
     lines = [json.dumps(S1), json.dumps(DECISIONS), json.dumps(CHAT), "{broken",
              json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
-             json.dumps({**S1, "questions": {"q": {"type": "choice", "criteria": ["one"]}}})]
+             json.dumps({**S1, "questions": {"q": {"type": "choice", "criteria": ["one"]}}}),
+             ""]  # a blank line is answered too: as many answers as lines
     resp = httpx.post(proxy_url + "/invocations", content="\n".join(lines) + "\n",
                       headers=HEADERS, timeout=300)
     assert resp.status_code == 200 and resp.headers["Content-Type"].startswith(
@@ -33,6 +34,7 @@ def test_every_line_is_answered_in_order(proxy_url):
     assert answers[3]["error"]["status"] == 400 and answers[3]["error"]["code"] == "invalid_json"
     assert answers[4]["error"]["param"] == "semif"
     assert answers[5]["error"]["status"] == 422 and answers[5]["error"]["detail"]
+    assert answers[6]["error"]["code"] == "blank_line"
 
 
 def test_execution_parameters_advertise_multi_record_payloads(proxy_url):
