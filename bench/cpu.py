@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
-import orjson
 from _machine import describe
 from _servers import ROOT, free_port, wait_ready
 from overhead import PROXY_BODY, completion_body, run_batch

@@ -27,7 +27,6 @@ import asyncio
 import itertools
 import json
 import math
-from pathlib import Path
 
 import httpx
 from _machine import command_line, describe

@@ -37,6 +37,8 @@ from typing import Any, TextIO
 import aiohttp
 import orjson
 
+from .calibration.stats import quantile
+
 __all__ = ["Job", "Line", "read_lines", "done_ids", "settled", "last_records", "answer_facts",
            "summary", "run", "main"]
 
@@ -171,13 +173,6 @@ class Job:
                 f"{frac:4.0%} {rate:6.1f}/s ETA {eta:5.0f}s")
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    xs = sorted(values)
-    h = (len(xs) - 1) * q
-    i = math.floor(h)
-    return xs[i] if i + 1 >= len(xs) else xs[i] + (h - i) * (xs[i + 1] - xs[i])
-
-
 def summary(job: Job) -> list[str]:
     """The end-of-job lines: outcomes, latency, label mass and routes."""
     spent = time.monotonic() - job.started
@@ -185,11 +180,11 @@ def summary(job: Job) -> list[str]:
              + (f", {job.skipped} already done (--resume)" if job.skipped else "")
              + ": " + ", ".join(f"{k} {v}" for k, v in sorted(job.outcomes.items()))]
     if job.latencies:
-        lines.append(f"latency p50 {1e3 * _quantile(job.latencies, 0.5):.0f} ms, "
-                     f"p95 {1e3 * _quantile(job.latencies, 0.95):.0f} ms")
+        lines.append(f"latency p50 {1e3 * quantile(job.latencies, 0.5):.0f} ms, "
+                     f"p95 {1e3 * quantile(job.latencies, 0.95):.0f} ms")
     if job.masses:
         lines.append("label mass p5 / p50 / p95: " + " / ".join(
-            f"{_quantile(job.masses, q):.3f}" for q in (0.05, 0.5, 0.95)))
+            f"{quantile(job.masses, q):.3f}" for q in (0.05, 0.5, 0.95)))
     if job.routes:
         lines.append("routes: " + ", ".join(f"{k} {v}" for k, v in sorted(job.routes.items())))
     return lines

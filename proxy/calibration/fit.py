@@ -399,7 +399,8 @@ class CalibrationFit:
         t = self.threshold.threshold
         if t is None or not idx:
             return {**out, "count": 0, "coverage": 0.0, "accuracy": None, "lower_bound": None}
-        picked = [i for i in idx if i not in diverted and top_probability(self.after[i]) >= t]
+        kept = set(idx) - set(diverted)
+        picked = [i for i in idx if i in kept and top_probability(self.after[i]) >= t]
         right = sum(top_index(self.after[i]) == self.golds[i] for i in picked)
         return {**out, "count": len(picked), "coverage": len(picked) / len(idx),
                 "accuracy": right / len(picked) if picked else None,
