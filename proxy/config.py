@@ -31,6 +31,7 @@ class Settings:
     max_active_decisions: int = 16
     max_queued_decisions: int = 64
     decision_deadline_s: float = 50.0  # from arrival; under SageMaker's 60 s
+    invocations_timeout_s: float = 600.0  # a jsonlines payload in all: Batch Transform's default
     max_state_chars: int = 400_000
     calibration_dir: str = "config/calibration"
     calibration_profile: str = ""  # applied when a request names none; "" for no default
@@ -47,7 +48,7 @@ class Settings:
         if self.max_state_chars < 1:
             raise ValueError("max_state_chars must be at least 1")
         for name in ("connect_timeout_s", "request_timeout_s", "shutdown_timeout_s",
-                     "decision_deadline_s"):
+                     "decision_deadline_s", "invocations_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
         if self.max_body_bytes < 1024:
@@ -85,6 +86,11 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "decision_deadline_s": (
         "PROXY_DEADLINE", "seconds a decision request may take from arrival (504 and cancelled after)"
+    ),
+    "invocations_timeout_s": (
+        "PROXY_INVOCATIONS_TIMEOUT",
+        "seconds a jsonlines /invocations payload may take in all (set it to the transform "
+        "job's InvocationsTimeoutInSeconds); lines not answered by then get 504 records",
     ),
     "max_state_chars": ("PROXY_MAX_STATE_CHARS", "longest System One / Decisions state accepted"),
     "calibration_dir": ("PROXY_CALIBRATION_DIR", "folder of calibration profiles (NAME.json)"),

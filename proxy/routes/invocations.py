@@ -13,6 +13,9 @@ answering ``{"error": {status, message, type, param, code[, detail]}}`` (a blank
 too, so the answer has as many lines as the body). At most ``MAX_LINES`` lines; they
 are read as many at a time as llama-server has slots, each admitted like a request of
 its own, and counted under the request kind "batch" (not in the decision latency).
+The payload as a whole has ``PROXY_INVOCATIONS_TIMEOUT`` (the transform job's
+``InvocationsTimeoutInSeconds``): a line not answered by then gets a 504 record, so the
+answer arrives before SageMaker gives up on the call and retries all of it.
 ``GET /execution-parameters`` tells Batch Transform how to call.
 """
 
@@ -27,7 +30,8 @@ import orjson
 from aiohttp import web
 
 from ..app_keys import API, KIND, SERVICE, SETTINGS
-from ..errors import InvalidRequest, ProxyError, error_record
+from ..errors import (InvalidRequest, ProxyError, RequestTooLarge, UpstreamTimeout,
+                      error_record)
 from ..middleware import count_error
 from ..protocol.chat import completion_body
 from ..protocol.semif import requested_logprobs
@@ -43,6 +47,9 @@ __all__ = ["JSONLINES", "MAX_LINES", "invocations", "execution_parameters", "bod
 JSONLINES = frozenset({"application/jsonlines", "application/jsonl", "application/x-jsonlines"})
 MAX_LINES = 10_000  # records in one jsonlines payload
 _MIB = 1024 * 1024
+# the payload's lines are answered within this share of PROXY_INVOCATIONS_TIMEOUT: the
+# rest is left for sending the answer before SageMaker gives up on the call
+_PAYLOAD_HEADROOM = 0.95
 log = logging.getLogger("proxy")
 
 
@@ -84,21 +91,34 @@ async def execution_parameters(request: web.Request) -> web.Response:
 async def _jsonlines(request: web.Request) -> web.Response:
     request[KIND] = "batch"
     app = request.app
+    loop = asyncio.get_running_loop()
+    timeout_s = app[SETTINGS].invocations_timeout_s
+    deadline = loop.time() + timeout_s * _PAYLOAD_HEADROOM  # time left to send the answer
     lines = (await request.read()).split(b"\n")
     if lines and not lines[-1].strip():
         lines.pop()  # the last line's newline
     if not lines:
         raise InvalidRequest("the jsonlines body has no lines", code="empty_body")
     if len(lines) > MAX_LINES:
-        raise InvalidRequest(f"the jsonlines body has {len(lines)} lines; the limit is "
-                             f"{MAX_LINES}: send smaller payloads (MaxPayloadInMB)",
-                             code="too_many_lines")
+        raise RequestTooLarge(f"the jsonlines body has {len(lines)} lines; the limit is "
+                              f"{MAX_LINES}: send smaller payloads (MaxPayloadInMB)",
+                              code="too_many_lines")
     answers: list[bytes] = [b""] * len(lines)
     todo = iter(enumerate(lines))
 
     async def worker() -> None:
         for i, raw in todo:
-            answers[i] = orjson.dumps(await answer_line(app, raw))
+            try:
+                async with asyncio.timeout_at(deadline):
+                    record = await answer_line(app, raw)
+            except TimeoutError:
+                late = UpstreamTimeout(
+                    f"the payload's {timeout_s:g} s deadline (PROXY_INVOCATIONS_TIMEOUT) "
+                    "passed before this line was answered; send it again",
+                    code="payload_deadline")
+                count_error(app, "POST", "/invocations", late)
+                record = error_record(late)
+            answers[i] = orjson.dumps(record)
 
     async with asyncio.TaskGroup() as group:
         for _ in range(min(len(lines), await app[SERVICE].total_slots())):

@@ -14,6 +14,7 @@ def test_defaults_when_nothing_is_given():
         (["--port", "9001"], {"PROXY_PORT": "9000"}, "port", 9001),  # the flag wins
         ([], {"UPSTREAM_URL": "http://llama:8081"}, "upstream_url", "http://llama:8081"),
         ([], {"PROXY_DEADLINE": "12.5"}, "decision_deadline_s", 12.5),
+        ([], {"PROXY_INVOCATIONS_TIMEOUT": "3600"}, "invocations_timeout_s", 3600.0),
         ([], {"PROXY_QUESTION_FANOUT": "0"}, "question_fanout", 0),
         ([], {"PROXY_API_KEY": ""}, "api_key", None),  # empty means unset
         (["--max-body-bytes", "2048"], {}, "max_body_bytes", 2048),
