@@ -1,4 +1,4 @@
-"""Both Dockerfiles: hadolint finds nothing at warning level or above, and the final
+"""The three Dockerfiles: hadolint finds nothing at warning level or above, and the final
 stage of each keeps the promises the deployment relies on. Nothing is built here."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILES = ["Dockerfile.llama", "Dockerfile.proxy"]
+DOCKERFILES = ["Dockerfile.llama", "Dockerfile.proxy", "Dockerfile.single"]
 BIND_LABEL = "com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true"
 
 
@@ -80,13 +80,14 @@ def test_final_stage_accepts_sagemaker_port(name: str):
     [
         ("Dockerfile.llama", "llama-entrypoint.sh"),
         ("Dockerfile.proxy", "proxy-entrypoint.sh"),
+        ("Dockerfile.single", "single-entrypoint.sh"),
     ],
 )
 def test_entrypoint_is_the_script_in_exec_form(name: str, entrypoint: str):
     stage = final_stage(name)
     assert json.loads(args_of(stage, "ENTRYPOINT")[-1]) == [f"/usr/local/bin/{entrypoint}"]
     copied = " ".join(args_of(stage, "COPY"))
-    assert f"docker/{entrypoint} /usr/local/bin/{entrypoint}" in copied
+    assert re.search(rf"docker/{entrypoint}( docker/\S+)* /usr/local/bin/", copied)
 
 
 def test_llama_image_is_the_official_build_11434():
@@ -115,3 +116,22 @@ def test_proxy_image_runs_unprivileged_and_checks_ping():
     assert "8080" in args_of(stage, "EXPOSE")
     env = " ".join(args_of(stage, "ENV"))
     assert "PROXY_HOST=0.0.0.0" in env
+
+
+def test_single_image_is_the_official_llama_build_with_both_entrypoints():
+    text = (ROOT / "Dockerfile.single").read_text()
+    tag = re.search(r"^ARG LLAMA_TAG=(\S+)$", text, re.MULTILINE).group(1)
+    assert re.fullmatch(r"server(-[a-z0-9]+)?-b11434", tag)
+    stage = final_stage("Dockerfile.single")
+    assert args_of(stage, "FROM") == ["ghcr.io/ggml-org/llama.cpp:${LLAMA_TAG}"]
+    copied = " ".join(args_of(stage, "COPY"))
+    # the single entrypoint runs the other two under supervisord, from where it looks
+    for script in ("llama-entrypoint.sh", "proxy-entrypoint.sh"):
+        assert f"docker/{script}" in copied
+    conf = re.search(r'SEMIF_SUPERVISOR_CONF:-(\S+)}"', (
+        ROOT / "docker" / "single-entrypoint.sh").read_text()).group(1)
+    assert f"docker/supervisord.conf {conf}" in copied
+    env = " ".join(args_of(stage, "ENV"))
+    assert "PROXY_HOST=0.0.0.0" in env and "SUPERVISORD=/opt/semif/bin/supervisord" in env
+    assert any("supervisor==4.3.0" in run and "/opt/semif" in run for run in args_of(stage, "RUN"))
+    assert "/ping" in args_of(stage, "HEALTHCHECK")[-1]

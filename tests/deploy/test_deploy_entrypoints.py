@@ -149,3 +149,52 @@ def test_llama_without_a_model_exits_before_exec(tmp_path: Path):
     code, argv, _ = run(LLAMA, ["serve"], {"LLAMA_MODEL_DIR": str(empty)}, tmp_path)
     assert code == 66
     assert argv is None
+
+
+SINGLE = ROOT / "docker" / "single-entrypoint.sh"
+
+
+def single(env: dict[str, str], tmp: Path) -> tuple[int, dict[str, str] | None]:
+    """The single image's entrypoint with a fake supervisord: the ports each program was
+    given, read from the commands it hands supervisord."""
+    code, argv, seen = run(SINGLE, ["serve"], {"SUPERVISORD": str(tmp / "fake"), **env}, tmp)
+    if seen is None:
+        return code, None
+    llama = dict(w.split("=", 1) for w in seen["SEMIF_LLAMA_COMMAND"].split() if "=" in w)
+    proxy = dict(w.split("=", 1) for w in seen["SEMIF_PROXY_COMMAND"].split() if "=" in w)
+    assert argv == ["-c", "/etc/semif/supervisord.conf"]
+    assert "-u SAGEMAKER_BIND_TO_PORT" in seen["SEMIF_LLAMA_COMMAND"]  # the proxy's port
+    assert llama["LLAMA_ARG_HOST"] == "127.0.0.1"  # callers reach the proxy alone
+    assert proxy["UPSTREAM_URL"] == f"http://127.0.0.1:{llama['LLAMA_ARG_PORT']}"
+    return code, {"proxy": proxy["PROXY_PORT"], "llama": llama["LLAMA_ARG_PORT"]}
+
+
+@pytest.mark.parametrize(
+    ("env", "ports"),
+    [
+        ({}, {"proxy": "8080", "llama": "8081"}),
+        ({"PROXY_PORT": "9000"}, {"proxy": "9000", "llama": "8081"}),
+        ({"SAGEMAKER_BIND_TO_PORT": "8090", "PROXY_PORT": "9000"},
+         {"proxy": "8090", "llama": "8081"}),
+        # SageMaker's range for a container's extra ports: its first port that is free
+        ({"SAGEMAKER_SAFE_PORT_RANGE": "20000-20999"}, {"proxy": "8080", "llama": "20000"}),
+        ({"SAGEMAKER_BIND_TO_PORT": "20000", "SAGEMAKER_SAFE_PORT_RANGE": "20000-20999"},
+         {"proxy": "20000", "llama": "20001"}),
+        ({"LLAMA_ARG_PORT": "7000", "SAGEMAKER_SAFE_PORT_RANGE": "20000-20999"},
+         {"proxy": "8080", "llama": "7000"}),
+    ],
+)
+def test_single_image_ports_come_from_what_sagemaker_documents(tmp_path: Path, env, ports):
+    assert single(env, tmp_path) == (0, ports)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SAGEMAKER_BIND_TO_PORT": "20000", "SAGEMAKER_SAFE_PORT_RANGE": "20000-20000"},
+        {"LLAMA_ARG_PORT": "8080"},
+    ],
+)
+def test_single_image_refuses_one_port_for_both(tmp_path: Path, env):
+    code, ports = single(env, tmp_path)
+    assert code == 64 and ports is None

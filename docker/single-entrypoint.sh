@@ -1,0 +1,51 @@
+#!/bin/sh
+# Entrypoint of the single image (Dockerfile.single): llama-server and the proxy in one
+# container under supervisord (docker/supervisord.conf), for SageMaker Batch Transform
+# (which calls the model's one container) and real-time endpoints alike.
+# SageMaker starts containers as `docker run IMAGE serve`: drop that argument.
+# Ports, from what SageMaker documents and nothing guessed:
+# - the proxy listens on SAGEMAKER_BIND_TO_PORT, else PROXY_PORT, else 8080 (the port
+#   SageMaker calls /ping and /invocations on);
+# - llama-server listens on 127.0.0.1 only, on LLAMA_ARG_PORT if set, else on the first
+#   port of SAGEMAKER_SAFE_PORT_RANGE ("XXXX-YYYY", where SageMaker says a container's
+#   extra ports go) that is not the proxy's, else on 8081. The proxy is told that port.
+# Everything else is configured as in the two images: LLAMA_ARG_* and LLAMA_MODEL_DIR for
+# llama-server (docker/llama-entrypoint.sh), PROXY_* for the proxy.
+# Tests run it outside a container: SUPERVISORD, SEMIF_SUPERVISOR_CONF,
+# SEMIF_LLAMA_ENTRYPOINT and SEMIF_PROXY_ENTRYPOINT name the pieces.
+set -eu
+
+if [ "${1:-}" = "serve" ]; then
+    shift
+fi
+
+proxy_port="${SAGEMAKER_BIND_TO_PORT:-${PROXY_PORT:-8080}}"
+llama_port="${LLAMA_ARG_PORT:-}"
+if [ -z "$llama_port" ] && [ -n "${SAGEMAKER_SAFE_PORT_RANGE:-}" ]; then
+    low="${SAGEMAKER_SAFE_PORT_RANGE%-*}"
+    high="${SAGEMAKER_SAFE_PORT_RANGE#*-}"
+    llama_port="$low"
+    if [ "$llama_port" = "$proxy_port" ]; then
+        llama_port=$((low + 1))
+    fi
+    if [ "$llama_port" -gt "$high" ]; then
+        echo "single-entrypoint: SAGEMAKER_SAFE_PORT_RANGE=$SAGEMAKER_SAFE_PORT_RANGE" \
+             "leaves no port for llama-server beside the proxy's $proxy_port" >&2
+        exit 64
+    fi
+fi
+llama_port="${llama_port:-8081}"
+if [ "$llama_port" = "$proxy_port" ]; then
+    echo "single-entrypoint: llama-server and the proxy would both listen on $proxy_port" >&2
+    exit 64
+fi
+
+SEMIF_RUN_DIR="${SEMIF_RUN_DIR:-/tmp}"
+SEMIF_LLAMA_COMMAND="env -u SAGEMAKER_BIND_TO_PORT LLAMA_ARG_HOST=127.0.0.1 \
+LLAMA_ARG_PORT=$llama_port ${SEMIF_LLAMA_ENTRYPOINT:-/usr/local/bin/llama-entrypoint.sh}"
+SEMIF_PROXY_COMMAND="env PROXY_PORT=$proxy_port UPSTREAM_URL=http://127.0.0.1:$llama_port \
+${SEMIF_PROXY_ENTRYPOINT:-/usr/local/bin/proxy-entrypoint.sh}"
+export SEMIF_RUN_DIR SEMIF_LLAMA_COMMAND SEMIF_PROXY_COMMAND
+
+echo "single-entrypoint: proxy on port $proxy_port, llama-server on 127.0.0.1:$llama_port" >&2
+exec "${SUPERVISORD:-supervisord}" -c "${SEMIF_SUPERVISOR_CONF:-/etc/semif/supervisord.conf}"
