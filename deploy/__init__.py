@@ -1,1 +1,2 @@
-"""Deployment as code for the semif sidecar: SageMaker (``deploy.deploy``, ``sagemaker.yaml``)."""
+"""Deployment as code for the semif sidecar: SageMaker (``python -m deploy``, ``sagemaker.yaml``),
+Kubernetes (``kubernetes/``)."""

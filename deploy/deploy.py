@@ -1,20 +1,37 @@
-"""Create or delete the sidecar's SageMaker real-time endpoint with boto3.
+"""Create or delete the sidecar's SageMaker real-time endpoint, or run a Batch Transform
+job, with boto3.
 
-    python -m deploy.deploy create --name semif --proxy-image URI --llama-image URI \\
-        --model-data s3://bucket/model.tar.gz --role arn:aws:iam::123456789012:role/x \\
-        [--instance-type ml.c7i.xlarge] [--min-instances 1] [--max-instances 2] \\
-        [--target-invocations 20] [--region eu-west-1] [--no-wait]
-    python -m deploy.deploy delete --name semif [--region eu-west-1]
+    python -m deploy create --name semif --image URI --model-data s3://bucket/model.tar.gz \\
+        --role arn:aws:iam::123456789012:role/x [--instance-type ml.c7i.xlarge] \\
+        [--min-instances 1] [--max-instances 2] [--target-concurrency 3] [--no-wait]
+    python -m deploy create ... --proxy-image URI --llama-image URI     (two containers)
+    python -m deploy create ... --proxy-image URI --llama-dlc [--dlc-image URI]
+    python -m deploy delete --name semif [--region eu-west-1]
+    python -m deploy transform --name job-1 --image URI --model-data s3://... --role ARN \\
+        --input s3://bucket/in/ --output s3://bucket/out/ [--invocations-timeout 3600]
 
-It builds what ``deploy/sagemaker.yaml`` builds: one model with two containers in
-``Direct`` mode (callers reach ``proxy``; only the proxy talks to ``llama``), an
-endpoint config, an endpoint, and target tracking on invocations per instance.
-Names derive from ``--name``: model ``<name>-model``, endpoint config
-``<name>-config``, endpoint ``<name>``. ``delete`` removes them in reverse order and
-treats what is already gone as deleted.
+Three layouts of the real-time model (docs/sagemaker.md says which to use when):
 
-Functions take ``clients``: a callable returning a boto3 client for a service name,
-such as ``boto3.Session(region_name=...).client``; tests hand in mocked ones.
+- ``single`` (``--image``, recommended): one container from Dockerfile.single holding
+  llama-server and the proxy; callers need no ``TargetContainerHostname``.
+- ``two`` (``--proxy-image`` and ``--llama-image``): Dockerfile.proxy and Dockerfile.llama as
+  two containers in ``Direct`` mode; callers name ``proxy``.
+- ``dlc`` (``--proxy-image`` and ``--llama-dlc``): the proxy beside AWS's llama.cpp Deep
+  Learning Container, unchanged, its nginx moved to port 8082 (``SM_LLAMA_CPP_PORT``) so it
+  does not collide with the proxy's 8080 or its own llama-server's 8081.
+
+The endpoint scales on SageMaker's high-resolution ``ConcurrentRequestsPerModel`` (requests
+in flight or queued in the container), which follows work, not on invocations, whose cost
+varies a hundredfold with options and questions.
+
+``transform`` runs a job on the single image (an existing model with ``--model``, or one it
+creates from ``--image``): JSON lines in, one answer per line out, in order, each payload
+bounded by ``--invocations-timeout``, which the proxy is told too (PROXY_INVOCATIONS_TIMEOUT).
+
+Names derive from ``--name``: model ``<name>-model``, endpoint config ``<name>-config``,
+endpoint ``<name>``. ``delete`` removes them in reverse order and treats what is already
+gone as deleted. Functions take ``clients``: a callable returning a boto3 client for a
+service name, such as ``boto3.Session(region_name=...).client``; tests hand in mocked ones.
 """
 
 from __future__ import annotations
@@ -31,12 +48,15 @@ from typing import Any
 __all__ = [
     "DeployConfig",
     "Names",
+    "TransformConfig",
     "create",
     "delete",
     "endpoint_config_request",
     "main",
     "model_request",
     "scaling_policy_request",
+    "transform",
+    "transform_request",
 ]
 
 Clients = Callable[[str], Any]
@@ -46,25 +66,43 @@ PROXY_HOSTNAME = "proxy"
 LLAMA_HOSTNAME = "llama"
 DEFAULT_INSTANCE_TYPE = "ml.c7i.xlarge"
 SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
-SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
+SCALING_METRIC = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+# AWS's llama.cpp Deep Learning Containers (FACTS section 4); copy one into your own ECR
+# and pass --dlc-image if SageMaker cannot pull from the public gallery in your setup
+DLC_IMAGES = {
+    "cpu": "public.ecr.aws/deep-learning-containers/llama-cpp:server-sagemaker-cpu-v1",
+    "gpu": "public.ecr.aws/deep-learning-containers/llama-cpp:server-sagemaker-cuda-v1",
+}
+DLC_PORT = 8082  # the DLC's nginx: not the proxy's 8080, not the DLC's own llama-server's 8081
+DLC_MIN_STARTUP_S = 600  # the DLC's docs ask for ContainerStartupHealthCheckTimeout >= 600
+GPU_AMI = "al2023-ami-sagemaker-inference-gpu-4-1"  # a pinned driver for the CUDA images
+GPU_LAYERS = "999"  # every layer on the GPU
+MIB = 1024 * 1024
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,55}$")  # leaves room for "-config"
-_SUMMARY = "Create or delete the sidecar's SageMaker real-time endpoint."
+_SUMMARY = "Create or delete the sidecar's SageMaker endpoint, or run a Batch Transform job."
 _GONE = {"ObjectNotFoundException", "ResourceNotFound"}
 _MISSING = re.compile(r"could not find|not found|no .* found|does not exist")
+
+
+def is_gpu(instance_type: str) -> bool:
+    return instance_type.startswith(("ml.g", "ml.p"))
 
 
 @dataclass(frozen=True)
 class DeployConfig:
     name: str
-    proxy_image: str
-    llama_image: str
     model_data: str
     role: str
+    image: str | None = None  # Dockerfile.single
+    proxy_image: str | None = None  # Dockerfile.proxy
+    llama_image: str | None = None  # Dockerfile.llama
+    llama_dlc: bool = False  # AWS's llama.cpp container beside the proxy image
+    dlc_image: str | None = None  # default: DLC_IMAGES for the instance type
     instance_type: str = DEFAULT_INSTANCE_TYPE
     min_instances: int = 1
     max_instances: int = 2
-    target_invocations: float = 20.0  # per instance per minute
-    upstream_url: str = "http://127.0.0.1:8081"
+    target_concurrency: float = 3.0  # requests in flight or queued per instance
+    upstream_url: str = "http://127.0.0.1:8081"  # two containers: where llama-server is
     parallel: int = 4
     ctx_size: int = 32768
     startup_timeout_s: int = 900  # model download + load before /ping must pass
@@ -78,8 +116,28 @@ class DeployConfig:
             raise ValueError("role must be an IAM role ARN")
         if not 1 <= self.min_instances <= self.max_instances:
             raise ValueError("need 1 <= min instances <= max instances")
-        if not self.target_invocations > 0:
-            raise ValueError("target invocations must be positive")
+        if not self.target_concurrency > 0:
+            raise ValueError("target concurrency must be positive")
+        self.layout  # noqa: B018 - raises for a mix of images that names no layout
+        if self.layout == "dlc" and self.startup_timeout_s < DLC_MIN_STARTUP_S:
+            raise ValueError(f"the llama.cpp DLC needs a startup timeout of at least "
+                             f"{DLC_MIN_STARTUP_S} s")
+
+    @property
+    def layout(self) -> str:
+        """"single", "two" or "dlc", from the images given."""
+        if self.image and not (self.proxy_image or self.llama_image or self.llama_dlc):
+            return "single"
+        if self.proxy_image and self.llama_image and not (self.image or self.llama_dlc):
+            return "two"
+        if self.proxy_image and self.llama_dlc and not (self.image or self.llama_image):
+            return "dlc"
+        raise ValueError("give --image (the single image), or --proxy-image with either "
+                         "--llama-image or --llama-dlc")
+
+    @property
+    def gpu(self) -> bool:
+        return is_gpu(self.instance_type)
 
 
 @dataclass(frozen=True)
@@ -94,27 +152,43 @@ class Names:
         return cls(f"{name}-model", f"{name}-config", name, f"endpoint/{name}/variant/{VARIANT}")
 
 
+def llama_environment(cfg: DeployConfig) -> dict[str, str]:
+    """llama-server's settings as our images read them (LLAMA_ARG_*) or the DLC does
+    (SM_LLAMA_CPP_*, each becoming a flag: SM_LLAMA_CPP_N_PARALLEL=4 is --n-parallel 4)."""
+    prefix = "SM_LLAMA_CPP_" if cfg.layout == "dlc" else "LLAMA_ARG_"
+    env = {f"{prefix}N_PARALLEL": str(cfg.parallel), f"{prefix}CTX_SIZE": str(cfg.ctx_size)}
+    if cfg.gpu:
+        env[f"{prefix}N_GPU_LAYERS"] = GPU_LAYERS
+    if cfg.layout == "dlc":
+        env["SM_LLAMA_CPP_PORT"] = str(DLC_PORT)
+    return env
+
+
 def model_request(cfg: DeployConfig) -> dict[str, Any]:
+    request: dict[str, Any] = {"ModelName": Names.of(cfg.name).model,
+                               "ExecutionRoleArn": cfg.role}
+    if cfg.layout == "single":
+        request["PrimaryContainer"] = {"Image": cfg.image, "ModelDataUrl": cfg.model_data,
+                                       "Environment": llama_environment(cfg)}
+        return request
+    upstream = f"http://127.0.0.1:{DLC_PORT}" if cfg.layout == "dlc" else cfg.upstream_url
     proxy = {
         "ContainerHostname": PROXY_HOSTNAME,
         "Image": cfg.proxy_image,
-        "Environment": {"PROXY_HOST": "0.0.0.0", "UPSTREAM_URL": cfg.upstream_url},
+        "Environment": {"PROXY_HOST": "0.0.0.0", "UPSTREAM_URL": upstream},
     }
+    llama_image = cfg.llama_image
+    if cfg.layout == "dlc":
+        llama_image = cfg.dlc_image or DLC_IMAGES["gpu" if cfg.gpu else "cpu"]
     llama = {
         "ContainerHostname": LLAMA_HOSTNAME,
-        "Image": cfg.llama_image,
+        "Image": llama_image,
         "ModelDataUrl": cfg.model_data,
-        "Environment": {
-            "LLAMA_ARG_N_PARALLEL": str(cfg.parallel),
-            "LLAMA_ARG_CTX_SIZE": str(cfg.ctx_size),
-        },
+        "Environment": llama_environment(cfg),
     }
-    return {
-        "ModelName": Names.of(cfg.name).model,
-        "ExecutionRoleArn": cfg.role,
-        "Containers": [proxy, llama],
-        "InferenceExecutionConfig": {"Mode": "Direct"},
-    }
+    request["Containers"] = [proxy, llama]
+    request["InferenceExecutionConfig"] = {"Mode": "Direct"}
+    return request
 
 
 def endpoint_config_request(cfg: DeployConfig) -> dict[str, Any]:
@@ -127,18 +201,20 @@ def endpoint_config_request(cfg: DeployConfig) -> dict[str, Any]:
         "ContainerStartupHealthCheckTimeoutInSeconds": cfg.startup_timeout_s,
         "ModelDataDownloadTimeoutInSeconds": cfg.startup_timeout_s,
     }
+    if cfg.gpu:
+        variant["InferenceAmiVersion"] = GPU_AMI
     return {"EndpointConfigName": names.config, "ProductionVariants": [variant]}
 
 
 def scaling_policy_request(cfg: DeployConfig) -> dict[str, Any]:
     return {
-        "PolicyName": f"{cfg.name}-invocations",
+        "PolicyName": f"{cfg.name}-concurrency",
         "ServiceNamespace": "sagemaker",
         "ResourceId": Names.of(cfg.name).resource_id,
         "ScalableDimension": SCALABLE_DIMENSION,
         "PolicyType": "TargetTrackingScaling",
         "TargetTrackingScalingPolicyConfiguration": {
-            "TargetValue": cfg.target_invocations,
+            "TargetValue": cfg.target_concurrency,
             "PredefinedMetricSpecification": {"PredefinedMetricType": SCALING_METRIC},
             "ScaleOutCooldown": 60,
             "ScaleInCooldown": 300,
@@ -179,7 +255,9 @@ def delete(name: str, clients: Clients, *, wait: bool = True) -> Names:
         "ResourceId": names.resource_id,
         "ScalableDimension": SCALABLE_DIMENSION,
     }
-    _ignore_gone(autoscaling.delete_scaling_policy, PolicyName=f"{name}-invocations", **target)
+    # "-invocations": the policy endpoints made before scaling on concurrency carry
+    for policy in (f"{name}-concurrency", f"{name}-invocations"):
+        _ignore_gone(autoscaling.delete_scaling_policy, PolicyName=policy, **target)
     _ignore_gone(autoscaling.deregister_scalable_target, **target)
     if _ignore_gone(sagemaker.delete_endpoint, EndpointName=names.endpoint) and wait:
         sagemaker.get_waiter("endpoint_deleted").wait(
@@ -188,6 +266,93 @@ def delete(name: str, clients: Clients, *, wait: bool = True) -> Names:
     _ignore_gone(sagemaker.delete_endpoint_config, EndpointConfigName=names.config)
     _ignore_gone(sagemaker.delete_model, ModelName=names.model)
     return names
+
+
+@dataclass(frozen=True)
+class TransformConfig:
+    name: str  # the job's; a model it creates is "<name>-model"
+    input: str  # s3:// prefix of .jsonl files, one decision request per line
+    output: str  # s3:// prefix; each input file's answers in "<file>.out", line for line
+    model: str | None = None  # an existing single-image model; else made from the three below
+    image: str | None = None
+    model_data: str | None = None
+    role: str | None = None
+    instance_type: str = DEFAULT_INSTANCE_TYPE
+    instance_count: int = 1
+    invocations_timeout_s: int = 3600  # per payload; SageMaker allows 1-3600
+    max_payload_mb: int = 6  # per payload; SageMaker allows up to 100
+    max_retries: int = 1  # a payload that failed whole (its lines answer their own errors)
+    parallel: int = 4
+    ctx_size: int = 32768
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"name {self.name!r}: letters, digits and '-', at most 56 characters")
+        for what, url in (("input", self.input), ("output", self.output)):
+            if not url.startswith("s3://"):
+                raise ValueError(f"{what} must be an s3:// URL")
+        if (self.model is None) == (self.image is None):
+            raise ValueError("give --model (an existing single-image model) or --image")
+        if self.image is not None and not (self.model_data and self.role):
+            raise ValueError("--image needs --model-data and --role to create the model")
+        if not 1 <= self.invocations_timeout_s <= 3600:
+            raise ValueError("invocations timeout: 1 to 3600 seconds")
+        if not 1 <= self.max_payload_mb <= 100:
+            raise ValueError("max payload: 1 to 100 MB")
+        if not 0 <= self.max_retries <= 3:
+            raise ValueError("max retries: 0 to 3")
+        if self.instance_count < 1:
+            raise ValueError("instance count must be at least 1")
+
+    def model_config(self) -> DeployConfig:
+        assert self.image and self.model_data and self.role
+        return DeployConfig(name=self.name, model_data=self.model_data, role=self.role,
+                            image=self.image, instance_type=self.instance_type,
+                            parallel=self.parallel, ctx_size=self.ctx_size)
+
+
+def transform_request(cfg: TransformConfig) -> dict[str, Any]:
+    """CreateTransformJob: lines split and batched into payloads (SplitType Line,
+    MultiRecord), one payload at a time per instance (the proxy reads a payload's lines
+    over every llama-server slot), answers assembled line for line."""
+    return {
+        "TransformJobName": cfg.name,
+        "ModelName": cfg.model or Names.of(cfg.name).model,
+        "MaxConcurrentTransforms": 1,
+        "MaxPayloadInMB": cfg.max_payload_mb,
+        "BatchStrategy": "MultiRecord",
+        "ModelClientConfig": {"InvocationsTimeoutInSeconds": cfg.invocations_timeout_s,
+                              "InvocationsMaxRetries": cfg.max_retries},
+        # the proxy answers every payload within the job's timeout (late lines get 504
+        # records) and takes payloads as large as the job sends
+        "Environment": {"PROXY_INVOCATIONS_TIMEOUT": str(cfg.invocations_timeout_s),
+                        "PROXY_MAX_BODY_BYTES": str(cfg.max_payload_mb * MIB)},
+        "TransformInput": {
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": cfg.input}},
+            "ContentType": "application/jsonlines",
+            "SplitType": "Line",
+            "CompressionType": "None",
+        },
+        "TransformOutput": {"S3OutputPath": cfg.output, "Accept": "application/jsonlines",
+                            "AssembleWith": "Line"},
+        "TransformResources": {"InstanceType": cfg.instance_type,
+                               "InstanceCount": cfg.instance_count},
+    }
+
+
+def transform(cfg: TransformConfig, clients: Clients, *, wait: bool = True) -> dict[str, str]:
+    """The model (unless ``--model`` names one), then the job; waits for it to end."""
+    sagemaker = clients("sagemaker")
+    if cfg.model is None:
+        sagemaker.create_model(**model_request(cfg.model_config()))
+    request = transform_request(cfg)
+    sagemaker.create_transform_job(**request)
+    if wait:
+        sagemaker.get_waiter("transform_job_completed_or_stopped").wait(
+            TransformJobName=cfg.name, WaiterConfig={"Delay": 30, "MaxAttempts": 2880})
+    status = sagemaker.describe_transform_job(TransformJobName=cfg.name)
+    return {"job": cfg.name, "model": request["ModelName"],
+            "status": status["TransformJobStatus"], "output": cfg.output}
 
 
 def _ignore_gone(call: Callable[..., Any], **kwargs: Any) -> bool:
@@ -207,30 +372,65 @@ def _ignore_gone(call: Callable[..., Any], **kwargs: Any) -> bool:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m deploy.deploy", description=_SUMMARY)
+    parser = argparse.ArgumentParser(prog="python -m deploy", description=_SUMMARY)
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("create", help="create model, endpoint config, endpoint, scaling")
     drop = sub.add_parser("delete", help="delete everything create made")
-    for p in (make, drop):
-        p.add_argument("--name", required=True, help="endpoint name; other names derive from it")
+    job = sub.add_parser("transform", help="run a Batch Transform job on the single image")
+    for p in (make, drop, job):
+        p.add_argument("--name", required=True, help="endpoint or job name; others derive from it")
         p.add_argument("--region", help="AWS region (default: the boto3 default)")
-        p.add_argument("--no-wait", action="store_true", help="do not wait for the endpoint")
-    make.add_argument("--proxy-image", required=True, help="ECR URI of Dockerfile.proxy's image")
-    make.add_argument("--llama-image", required=True, help="ECR URI of Dockerfile.llama's image")
-    make.add_argument("--model-data", required=True, help="s3:// URL of a tar.gz holding a .gguf")
-    make.add_argument("--role", required=True, help="SageMaker execution role ARN")
-    make.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE)
+        p.add_argument("--no-wait", action="store_true", help="do not wait for the endpoint/job")
+    for p in (make, job):
+        p.add_argument("--image", help="ECR URI of Dockerfile.single's image (one container)")
+        p.add_argument("--model-data", help="s3:// URL of a tar.gz holding a .gguf")
+        p.add_argument("--role", help="SageMaker execution role ARN")
+        p.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE)
+        p.add_argument("--parallel", type=int, default=DeployConfig.parallel, help="llama slots")
+        p.add_argument("--ctx-size", type=int, default=DeployConfig.ctx_size,
+                       help="llama context")
+    make.add_argument("--proxy-image", help="ECR URI of Dockerfile.proxy's image")
+    make.add_argument("--llama-image", help="ECR URI of Dockerfile.llama's image")
+    make.add_argument("--llama-dlc", action="store_true",
+                      help="AWS's llama.cpp container, unchanged, beside --proxy-image")
+    make.add_argument("--dlc-image", help="the llama.cpp DLC's URI (default: by instance type)")
     make.add_argument("--min-instances", type=int, default=DeployConfig.min_instances)
     make.add_argument("--max-instances", type=int, default=DeployConfig.max_instances)
     make.add_argument(
-        "--target-invocations",
+        "--target-concurrency",
         type=float,
-        default=DeployConfig.target_invocations,
-        help="invocations per instance per minute that auto scaling aims for",
+        default=DeployConfig.target_concurrency,
+        help="requests in flight or queued per instance that auto scaling aims for",
     )
-    make.add_argument("--parallel", type=int, default=DeployConfig.parallel, help="llama slots")
-    make.add_argument("--ctx-size", type=int, default=DeployConfig.ctx_size, help="llama context")
+    job.add_argument("--model", help="an existing single-image model (instead of --image)")
+    job.add_argument("--input", required=True, help="s3:// prefix of the .jsonl input")
+    job.add_argument("--output", required=True, help="s3:// prefix for the answers")
+    job.add_argument("--instance-count", type=int, default=TransformConfig.instance_count)
+    job.add_argument("--invocations-timeout", type=int,
+                     default=TransformConfig.invocations_timeout_s,
+                     help="seconds one payload may take (InvocationsTimeoutInSeconds)")
+    job.add_argument("--max-payload-mb", type=int, default=TransformConfig.max_payload_mb)
+    job.add_argument("--max-retries", type=int, default=TransformConfig.max_retries)
     return parser
+
+
+def _config(args: argparse.Namespace) -> DeployConfig | TransformConfig:
+    if args.command == "transform":
+        return TransformConfig(
+            name=args.name, input=args.input, output=args.output, model=args.model,
+            image=args.image, model_data=args.model_data, role=args.role,
+            instance_type=args.instance_type, instance_count=args.instance_count,
+            invocations_timeout_s=args.invocations_timeout, max_payload_mb=args.max_payload_mb,
+            max_retries=args.max_retries, parallel=args.parallel, ctx_size=args.ctx_size)
+    if not (args.model_data and args.role):
+        raise ValueError("create needs --model-data and --role")
+    return DeployConfig(
+        name=args.name, model_data=args.model_data, role=args.role, image=args.image,
+        proxy_image=args.proxy_image, llama_image=args.llama_image, llama_dlc=args.llama_dlc,
+        dlc_image=args.dlc_image, instance_type=args.instance_type,
+        min_instances=args.min_instances, max_instances=args.max_instances,
+        target_concurrency=args.target_concurrency, parallel=args.parallel,
+        ctx_size=args.ctx_size)
 
 
 def main(argv: Sequence[str] | None = None, *, clients: Clients | None = None) -> int:
@@ -239,28 +439,23 @@ def main(argv: Sequence[str] | None = None, *, clients: Clients | None = None) -
         import boto3
 
         clients = boto3.Session(region_name=args.region).client
-    if args.command == "create":
-        try:
-            cfg = DeployConfig(
-                name=args.name,
-                proxy_image=args.proxy_image,
-                llama_image=args.llama_image,
-                model_data=args.model_data,
-                role=args.role,
-                instance_type=args.instance_type,
-                min_instances=args.min_instances,
-                max_instances=args.max_instances,
-                target_invocations=args.target_invocations,
-                parallel=args.parallel,
-                ctx_size=args.ctx_size,
-            )
-        except ValueError as exc:
-            print(f"deploy: {exc}", file=sys.stderr)
-            return 2
-        names = create(cfg, clients, wait=not args.no_wait)
-    else:
+    if args.command == "delete":
         names = delete(args.name, clients, wait=not args.no_wait)
-    print(json.dumps({"command": args.command, **dataclasses.asdict(names)}))
+        print(json.dumps({"command": "delete", **dataclasses.asdict(names)}))
+        return 0
+    try:
+        cfg = _config(args)
+    except ValueError as exc:
+        print(f"deploy: {exc}", file=sys.stderr)
+        return 2
+    if isinstance(cfg, TransformConfig):
+        print(json.dumps({"command": "transform", **transform(cfg, clients,
+                                                               wait=not args.no_wait)}))
+        return 0
+    names = create(cfg, clients, wait=not args.no_wait)
+    target = None if cfg.layout == "single" else PROXY_HOSTNAME
+    print(json.dumps({"command": "create", "layout": cfg.layout,
+                      "target_container_hostname": target, **dataclasses.asdict(names)}))
     return 0
 
 

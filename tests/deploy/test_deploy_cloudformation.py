@@ -1,5 +1,5 @@
 """deploy/sagemaker.yaml: cfn-lint finds nothing, and it describes the same deployment
-as deploy/deploy.py (containers, their environment, variant, scaling)."""
+as deploy/deploy.py (containers, their environment, variant, scaling), in both layouts."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ CONFIG = deploy.DeployConfig(
     model_data="s3://b/m.tar.gz",
     role="arn:aws:iam::123456789012:role/r",
 )
+SINGLE = deploy.DeployConfig(name="semif", image="s", model_data="s3://b/m.tar.gz",
+                             role="arn:aws:iam::123456789012:role/r")
+
+
+def branch(prop: dict, single: bool):
+    """One side of a property's ``!If [Single, ...]``; None where it is AWS::NoValue."""
+    value = prop["Fn::If"][1 if single else 2]
+    return None if value == {"Ref": "AWS::NoValue"} else value
 
 
 def findings(text: str) -> list[str]:
@@ -40,8 +48,8 @@ def test_cfn_lint_is_clean():
     [
         ("Mode: Direct", "Mode: Parallel", "E3030"),
         (
-            "PredefinedMetricType: SageMakerVariantInvocationsPerInstance",
-            "PredefinedMetricType: InvocationsPerMinute",
+            "PredefinedMetricType: SageMakerVariantConcurrentRequestsPerModelHighResolution",
+            "PredefinedMetricType: ConcurrentRequestsPerModel",
             "E3030",
         ),
         ("ModelDataUrl: !Ref ModelDataUrl", "ModelDataUrl: !Ref ModelData", "E1020"),
@@ -52,28 +60,43 @@ def test_cfn_lint_catches_broken_variants(old: str, new: str, rule: str):
     assert any(f.startswith(rule) for f in findings(TEXT.replace(old, new)))
 
 
-def test_model_has_the_proxy_and_llama_in_direct_mode():
+def test_model_is_one_container_or_the_proxy_and_llama_in_direct_mode():
     model = RESOURCES["Model"]["Properties"]
-    assert model["InferenceExecutionConfig"]["Mode"] == "Direct"
-    assert [c["ContainerHostname"] for c in model["Containers"]] == ["proxy", "llama"]
-    assert "ModelDataUrl" in model["Containers"][1]
+    assert TEMPLATE["Parameters"]["Layout"]["Default"] == "single"
+    assert branch(model["PrimaryContainer"], True)["Image"] == {"Ref": "SingleImageUri"}
+    assert branch(model["Containers"], True) is branch(model["InferenceExecutionConfig"], True)
+    assert branch(model["InferenceExecutionConfig"], True) is None
+    assert branch(model["PrimaryContainer"], False) is None
+    assert branch(model["InferenceExecutionConfig"], False)["Mode"] == "Direct"
+    two = branch(model["Containers"], False)
+    assert [c["ContainerHostname"] for c in two] == ["proxy", "llama"]
+    assert "ModelDataUrl" in two[1]
+
+
+def test_template_and_deploy_py_agree_on_the_single_image():
+    ours = deploy.model_request(SINGLE)["PrimaryContainer"]
+    theirs = branch(RESOURCES["Model"]["Properties"]["PrimaryContainer"], True)
+    assert set(ours["Environment"]) == set(theirs["Environment"])
+    assert ("ModelDataUrl" in ours) and ("ModelDataUrl" in theirs)
+    assert "Containers" not in deploy.model_request(SINGLE)
 
 
 def test_template_and_deploy_py_agree_on_containers():
     ours = deploy.model_request(CONFIG)
     template = RESOURCES["Model"]["Properties"]
-    assert ours["InferenceExecutionConfig"] == template["InferenceExecutionConfig"]
-    for mine, theirs in zip(ours["Containers"], template["Containers"], strict=True):
+    assert ours["InferenceExecutionConfig"] == branch(template["InferenceExecutionConfig"], False)
+    containers = branch(template["Containers"], False)
+    for mine, theirs in zip(ours["Containers"], containers, strict=True):
         assert mine["ContainerHostname"] == theirs["ContainerHostname"]
         assert set(mine["Environment"]) == set(theirs["Environment"])
         assert ("ModelDataUrl" in mine) == ("ModelDataUrl" in theirs)
     assert ours["Containers"][0]["Environment"]["PROXY_HOST"] == "0.0.0.0"
-    assert template["Containers"][0]["Environment"]["PROXY_HOST"] == "0.0.0.0"
+    assert containers[0]["Environment"]["PROXY_HOST"] == "0.0.0.0"
 
 
 def test_template_and_deploy_py_agree_on_scaling():
     ours = deploy.scaling_policy_request(CONFIG)["TargetTrackingScalingPolicyConfiguration"]
-    template = RESOURCES["InvocationsScalingPolicy"]["Properties"]
+    template = RESOURCES["ConcurrencyScalingPolicy"]["Properties"]
     theirs = template["TargetTrackingScalingPolicyConfiguration"]
     assert template["PolicyType"] == "TargetTrackingScaling"
     assert theirs["PredefinedMetricSpecification"] == ours["PredefinedMetricSpecification"]

@@ -1,7 +1,10 @@
-"""deploy.py create and delete against moto's SageMaker and Application Auto Scaling."""
+"""deploy.py create, delete and transform against moto's SageMaker and Application Auto
+Scaling: the three layouts of the model (single image, two containers, the proxy beside
+AWS's llama.cpp container), scaling on concurrency, and the Batch Transform job."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,8 +37,8 @@ CREATE = [
     "1",
     "--max-instances",
     "3",
-    "--target-invocations",
-    "30",
+    "--target-concurrency",
+    "3",
 ]
 RESOURCE_ID = f"endpoint/{NAME}/variant/AllTraffic"
 
@@ -49,6 +52,7 @@ class Clients:
         )
         self.cache: dict[str, Any] = {}
         self.create_model: list[dict[str, Any]] = []
+        self.create_endpoint_config: list[dict[str, Any]] = []
 
     def __call__(self, service: str) -> Any:
         if service not in self.cache:
@@ -56,6 +60,10 @@ class Clients:
             client.meta.events.register(
                 "provide-client-params.sagemaker.CreateModel",
                 lambda params, **_: self.create_model.append(params),
+            )
+            client.meta.events.register(
+                "provide-client-params.sagemaker.CreateEndpointConfig",
+                lambda params, **_: self.create_endpoint_config.append(params),
             )
             self.cache[service] = client
         return self.cache[service]
@@ -101,10 +109,11 @@ def test_create_builds_two_containers_an_endpoint_and_scaling(clients: Clients):
     assert len(policies) == 1
     tracking = policies[0]["TargetTrackingScalingPolicyConfiguration"]
     assert policies[0]["ResourceId"] == RESOURCE_ID
+    # work in the container, not invocations, whose cost varies a hundredfold
     assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == (
-        "SageMakerVariantInvocationsPerInstance"
+        "SageMakerVariantConcurrentRequestsPerModelHighResolution"
     )
-    assert tracking["TargetValue"] == 30.0
+    assert tracking["TargetValue"] == 3.0
 
 
 def test_delete_removes_everything_and_can_run_twice(clients: Clients):
@@ -135,3 +144,127 @@ def test_bad_arguments_create_nothing(clients: Clients, flag: str, value: str, c
     assert deploy.main(argv, clients=clients) == 2
     assert "deploy:" in capsys.readouterr().err
     assert clients("sagemaker").list_models()["Models"] == []
+
+
+def with_images(*images: str) -> list[str]:
+    """CREATE with its two images replaced by ``images``."""
+    argv = list(CREATE)
+    for flag in ("--proxy-image", "--llama-image"):
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    return argv + list(images)
+
+
+SINGLE_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/semif-single:0.1.0"
+PROXY_IMAGE = CREATE[CREATE.index("--proxy-image") + 1]
+
+
+def test_the_single_image_is_one_container_that_callers_need_not_name(clients: Clients, capsys):
+    assert deploy.main(with_images("--image", SINGLE_IMAGE), clients=clients) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["layout"], printed["target_container_hostname"]) == ("single", None)
+    sent = clients.create_model[-1]
+    assert "Containers" not in sent and "InferenceExecutionConfig" not in sent
+    container = clients("sagemaker").describe_model(ModelName=f"{NAME}-model")["PrimaryContainer"]
+    assert container["Image"] == SINGLE_IMAGE
+    assert container["ModelDataUrl"] == "s3://bucket/semif/model.tar.gz"
+    # ml.g4dn is a GPU type: every layer offloaded, on an AMI with a pinned driver
+    assert container["Environment"] == {"LLAMA_ARG_N_PARALLEL": "4", "LLAMA_ARG_CTX_SIZE": "32768",
+                                        "LLAMA_ARG_N_GPU_LAYERS": "999"}
+    variant = clients.create_endpoint_config[-1]["ProductionVariants"][0]
+    assert variant["InferenceAmiVersion"] == deploy.GPU_AMI
+
+
+@pytest.mark.parametrize(("instance", "image"), [
+    ("ml.c5.xlarge", deploy.DLC_IMAGES["cpu"]), ("ml.g4dn.xlarge", deploy.DLC_IMAGES["gpu"])])
+def test_the_llama_cpp_dlc_runs_unchanged_beside_the_proxy(clients: Clients, instance, image):
+    argv = with_images("--proxy-image", PROXY_IMAGE, "--llama-dlc")
+    argv[argv.index("--instance-type") + 1] = instance
+    assert deploy.main(argv, clients=clients) == 0
+    proxy, llama = clients("sagemaker").describe_model(ModelName=f"{NAME}-model")["Containers"]
+    assert clients.create_model[-1]["InferenceExecutionConfig"] == {"Mode": "Direct"}
+    assert llama["Image"] == image and llama["ModelDataUrl"] == "s3://bucket/semif/model.tar.gz"
+    env = llama["Environment"]
+    # the DLC's nginx on its own port: not the proxy's 8080, not the DLC's llama-server's 8081
+    assert env["SM_LLAMA_CPP_PORT"] == "8082"
+    assert proxy["Environment"]["UPSTREAM_URL"] == "http://127.0.0.1:8082"
+    assert (env["SM_LLAMA_CPP_N_PARALLEL"], env["SM_LLAMA_CPP_CTX_SIZE"]) == ("4", "32768")
+    assert not any(key.startswith("LLAMA_ARG_") for key in env)  # the DLC reads SM_LLAMA_CPP_*
+    gpu = instance.startswith("ml.g")
+    assert ("SM_LLAMA_CPP_N_GPU_LAYERS" in env) == gpu
+    variant = clients.create_endpoint_config[-1]["ProductionVariants"][0]
+    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] >= 600  # the DLC's docs
+    assert ("InferenceAmiVersion" in variant) == gpu
+
+
+@pytest.mark.parametrize("images", [
+    ("--image", SINGLE_IMAGE, "--proxy-image", PROXY_IMAGE),
+    ("--proxy-image", PROXY_IMAGE),
+    ("--proxy-image", PROXY_IMAGE, "--llama-image", "x", "--llama-dlc"),
+    (),
+])
+def test_images_that_name_no_layout_create_nothing(clients: Clients, images, capsys):
+    assert deploy.main(with_images(*images), clients=clients) == 2
+    assert "--image" in capsys.readouterr().err
+    assert clients("sagemaker").list_models()["Models"] == []
+
+
+TRANSFORM = ["transform", "--name", "nightly-1", "--region", "us-east-1",
+             "--input", "s3://bucket/tickets/", "--output", "s3://bucket/answers/",
+             "--instance-type", "ml.m5.xlarge", "--invocations-timeout", "1800"]
+
+
+def test_transform_makes_the_single_image_model_and_a_line_by_line_job(clients: Clients, capsys):
+    argv = TRANSFORM + ["--image", SINGLE_IMAGE, "--model-data", "s3://bucket/semif/model.tar.gz",
+                        "--role", ROLE]
+    assert deploy.main(argv, clients=clients) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "nightly-1-model"
+    sm = clients("sagemaker")
+    assert sm.describe_model(ModelName="nightly-1-model")["PrimaryContainer"]["Image"] == (
+        SINGLE_IMAGE)
+    job = sm.describe_transform_job(TransformJobName="nightly-1")
+    assert job["ModelName"] == "nightly-1-model"
+    assert (job["BatchStrategy"], job["MaxConcurrentTransforms"], job["MaxPayloadInMB"]) == (
+        "MultiRecord", 1, 6)
+    assert job["TransformInput"]["SplitType"] == "Line"
+    assert job["TransformInput"]["ContentType"] == "application/jsonlines"
+    assert job["TransformInput"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bucket/tickets/"
+    assert job["TransformOutput"] == {"S3OutputPath": "s3://bucket/answers/",
+                                      "Accept": "application/jsonlines", "AssembleWith": "Line"}
+    # the proxy is told the job's payload timeout and payload size
+    assert job["ModelClientConfig"]["InvocationsTimeoutInSeconds"] == 1800
+    assert job["Environment"] == {"PROXY_INVOCATIONS_TIMEOUT": "1800",
+                                  "PROXY_MAX_BODY_BYTES": str(6 * 1024 * 1024)}
+    assert job["TransformResources"] == {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1}
+
+
+def test_transform_environment_names_settings_the_proxy_reads():
+    from proxy.config import load_settings
+
+    request = deploy.transform_request(deploy.TransformConfig(
+        name="j", input="s3://b/i/", output="s3://b/o/", model="m", invocations_timeout_s=900,
+        max_payload_mb=20))
+    settings = load_settings([], request["Environment"])
+    assert settings.invocations_timeout_s == 900.0
+    assert settings.max_body_bytes == 20 * 1024 * 1024
+
+
+def test_transform_on_an_existing_model_creates_no_model(clients: Clients):
+    assert deploy.main(TRANSFORM + ["--model", "semif-model"], clients=clients) == 0
+    sm = clients("sagemaker")
+    assert sm.list_models()["Models"] == []
+    assert sm.describe_transform_job(TransformJobName="nightly-1")["ModelName"] == "semif-model"
+
+
+@pytest.mark.parametrize("extra", [
+    [],  # neither --model nor --image
+    ["--model", "m", "--image", SINGLE_IMAGE],
+    ["--image", SINGLE_IMAGE],  # without --model-data and --role
+    ["--model", "m", "--invocations-timeout", "3601"],
+    ["--model", "m", "--max-payload-mb", "101"],
+])
+def test_bad_transform_arguments_start_nothing(clients: Clients, extra, capsys):
+    argv = [a for a in TRANSFORM if a not in ("--invocations-timeout", "1800")] + extra
+    assert deploy.main(argv, clients=clients) == 2
+    assert "deploy:" in capsys.readouterr().err
+    assert clients("sagemaker").list_transform_jobs()["TransformJobSummaries"] == []
