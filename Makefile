@@ -6,12 +6,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test unit venv prepare browser bench results clean
+.PHONY: run test unit venv prepare browser crd bench results clean
 
 run: venv
 	$(PY) scripts/stack.py
 
-test: venv prepare browser
+test: venv prepare browser crd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
@@ -37,6 +37,14 @@ prepare:
 browser:
 	@$(PYTHON) scripts/prepare.py browser >/dev/null
 
+# The published schemas of the Kubernetes custom resources (ServiceMonitor, ScaledObject)
+# in deploy/kubernetes, for tests/deploy/test_deploy_kubernetes.py; npm's cache is ~/.npm.
+CRD := tests/deploy/crd
+crd: $(CRD)/node_modules/.installed
+
+$(CRD)/node_modules/.installed: $(CRD)/package-lock.json
+	@cd $(CRD) && npm ci --no-audit --no-fund --loglevel=error >/dev/null && touch node_modules/.installed
+
 bench: venv prepare
 	$(PY) bench/overhead.py
 
@@ -56,4 +64,4 @@ results: venv prepare
 	$(PY) bench/report.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(CRD)/node_modules
