@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from .admission import Admission
-from .app_keys import METRICS, PROFILES, SERVICE, SETTINGS, UPSTREAM
+from .app_keys import METRICS, MODELS, PROFILES, SETTINGS, UPSTREAM
 from .config import Settings
 from .metrics import Metrics
 from .middleware import MIDDLEWARES
@@ -20,6 +20,7 @@ from .routes.openapi import openapi
 from .routes.playground import playground, report_figure, report_page
 from .routes.relayed import relayed
 from .routes.systemone import system_one
+from .served import ServedModels
 from .service import DecisionService
 from .upstream import Upstream
 
@@ -69,10 +70,11 @@ def _upstream_ctx(given: Upstream | None, worker: tuple[int, int]
             deadline_s=settings.decision_deadline_s, retry_after_s=settings.retry_after_s,
         )
         app[METRICS].watch(lambda: admission.active, lambda: admission.queued)
-        app[SERVICE] = DecisionService(
-            upstream, n_probs=settings.n_probs, question_fanout=settings.question_fanout,
+        # one decision service per served model, all admitted together
+        app[MODELS] = ServedModels(upstream, lambda bound: DecisionService(
+            bound, n_probs=settings.n_probs, question_fanout=settings.question_fanout,
             metrics=app[METRICS], admission=admission, worker=worker,
-        )
+        ), default_model=settings.default_model, aliases=settings.model_aliases)
         yield
         if given is None:
             await upstream.close()

@@ -7,14 +7,14 @@ from aiohttp import web
 from .config import Settings
 from .metrics import Metrics
 from .profiles import ProfileStore
-from .service import DecisionService
+from .served import ServedModels
 from .upstream import Upstream
 
-__all__ = ["SETTINGS", "UPSTREAM", "SERVICE", "METRICS", "PROFILES", "PEERS", "KIND", "API"]
+__all__ = ["SETTINGS", "UPSTREAM", "MODELS", "METRICS", "PROFILES", "PEERS", "KIND", "API"]
 
 SETTINGS = web.AppKey("settings", Settings)
 UPSTREAM = web.AppKey("upstream", Upstream)
-SERVICE = web.AppKey("service", DecisionService)
+MODELS = web.AppKey("models", ServedModels)
 METRICS = web.AppKey("metrics", Metrics)
 PROFILES = web.AppKey("profiles", ProfileStore)
 # The other workers' private metrics sockets (``--workers``; absent with one process).

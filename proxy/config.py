@@ -39,6 +39,7 @@ class Settings:
     shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
     workers: int = 1  # processes sharing the port (proxy/workers.py)
     model_aliases: str = ""  # more names for the served model, comma-separated (proxy/names.py)
+    default_model: str = ""  # a llama-server router's model for requests naming none
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -101,6 +102,9 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
     "model_aliases": ("PROXY_MODEL_ALIASES", "more names requests may give the served model, "
                       "comma-separated; listed in /v1/models beside jev-latest and gpt-6-luna"),
+    "default_model": ("PROXY_DEFAULT_MODEL", "with llama-server in router mode (several "
+                      "models): the model of requests that name none or a default name "
+                      "(jev-latest, gpt-6-luna); '' for the first it lists"),
     "workers": ("PROXY_WORKERS", "processes sharing the port (SO_REUSEPORT spreads connections); "
                 "each admits its share of PROXY_MAX_ACTIVE and PROXY_MAX_QUEUED"),
 }

@@ -8,7 +8,8 @@
 
 All are listed by ``GET /v1/models`` and accepted wherever a request names a
 model; the GGUF path llama-server loaded is accepted too, never listed. Pure
-data: a later multi-model table extends ``ModelNames`` per served model.
+data: with a llama-server router, each served model has its own ``ModelNames`` and
+only the default one carries the SDKs' names (proxy/served.py).
 """
 
 from __future__ import annotations

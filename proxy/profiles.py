@@ -49,11 +49,21 @@ class ProfileStore:
         self._cache: dict[str, tuple[float, profiles.Profile]] = {}
         self._warned: set[tuple[str, str, str]] = set()
 
-    def select(self, requested: str | None, *, param: str) -> profiles.Profile | None:
-        """The profile a request asked for (or the default); ``None`` for none."""
+    def select(self, requested: str | None, *, param: str,
+               info: ModelInfo | None = None) -> profiles.Profile | None:
+        """The profile a request asked for (or the default); ``None`` for none. The
+        default applies only to the model it was fitted for (``info``): behind a
+        llama-server router, requests for the other models get none."""
         name = requested if requested is not None else self._default
         if name is None or name == NO_PROFILE:
             return None
+        found = self._load(name, param=param)
+        if requested is None and info is not None and not profiles.same_model(
+                found.model, info.id):
+            return None
+        return found
+
+    def _load(self, name: str, *, param: str) -> profiles.Profile:
         if len(name) > _MAX_NAME:
             raise ProfileRefused(f"calibration profile names are at most {_MAX_NAME} characters",
                                  param=param)

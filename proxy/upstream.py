@@ -15,12 +15,14 @@ JSON):
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -54,6 +56,9 @@ _HOP_HEADERS = frozenset(
 # or a request can be written into a connection that is closing.
 _KEEPALIVE_S = 4.0
 _ABSENT = object()
+# what a llama-server router answers for one model, named by ``?model=`` (its own
+# /v1/models and /health are the router's)
+_ROUTED_GETS = frozenset({"/props", "/slots"})
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class Upstream:
             total=settings.request_timeout_s, sock_connect=settings.connect_timeout_s)
         self._health_timeout = aiohttp.ClientTimeout(total=1.5)
         self._json_headers = {"Content-Type": "application/json", **self._auth}
+        self.model: str | None = None  # a llama-server router's model these calls are for
         self._session = session or aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
                 limit=settings.max_connections, keepalive_timeout=_KEEPALIVE_S
@@ -136,6 +142,14 @@ class Upstream:
             json_serialize=lambda o: orjson.dumps(o).decode(),
             skip_auto_headers=("User-Agent",),
         )
+
+    def for_model(self, name: str) -> Upstream:
+        """This client for one model of a llama-server in router mode (several models):
+        every decision read names it (``model`` in POST bodies, ``?model=`` on
+        ``/props`` and ``/slots``), as the router routes. Shares the connections."""
+        bound = copy.copy(self)
+        bound.model = name
+        return bound
 
     async def close(self) -> None:
         await self._session.close()
@@ -224,9 +238,14 @@ class Upstream:
         return tokens
 
     async def model_info(self) -> ModelInfo:
+        """The served model (a router's: the bound one) from ``/v1/models``, with its build
+        and GGUF path from ``/props``."""
         data = await self._request_json("GET", "/v1/models", None)
         try:
-            entry = data["data"][0]
+            entries = data["data"]
+            entry = entries[0] if self.model is None else next(
+                e for e in entries if self.model == e.get("id") or self.model in (
+                    e.get("aliases") or ()))
             meta = entry.get("meta") or {}
             architecture = entry.get("architecture") or {}
             info = ModelInfo(
@@ -235,6 +254,9 @@ class Upstream:
                 tuple(str(m) for m in architecture.get("output_modalities") or ("text",)),
                 entry.get("created") if isinstance(entry.get("created"), int) else None,
             )
+        except StopIteration as exc:
+            raise UpstreamBadResponse(
+                f"llama-server's /v1/models answer no longer lists {self.model!r}") from exc
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise UpstreamBadResponse("llama-server's /v1/models answer names no model") from exc
         try:  # the build and the path are extras: a server without /props still serves
@@ -253,6 +275,15 @@ class Upstream:
         if not isinstance(data, dict):
             raise UpstreamBadResponse("llama-server's /v1/models answer is not a JSON object")
         return data
+
+    async def is_router(self) -> bool:
+        """Whether llama-server runs in router mode (several models, ``/props`` says
+        ``role: router``); a server without ``/props`` is one model."""
+        try:
+            props = await self._request_json("GET", "/props", None)
+        except UpstreamRejected:
+            return False
+        return isinstance(props, dict) and props.get("role") == "router"
 
     async def total_slots(self) -> int | None:
         """How many requests llama-server computes at once (``-np``), if it says."""
@@ -326,6 +357,11 @@ class Upstream:
     # -- plumbing -------------------------------------------------------------
 
     async def _request_json(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        if self.model is not None:  # a router routes POSTs by body, GETs by query
+            if body is not None:
+                body = {**body, "model": self.model}
+            elif path in _ROUTED_GETS:
+                path += "?model=" + quote(self.model, safe="")
         data = None if body is None else orjson.dumps(body)
         try:
             with upstream_timer():

@@ -68,6 +68,7 @@ __all__ = [
     "apply",
     "route",
     "check_compatible",
+    "same_model",
     "other_build",
 ]
 
@@ -367,7 +368,7 @@ def route(profile: Profile, probabilities: Sequence[float], label_mass: float,
     return "review", "below_threshold"
 
 
-def _same_model(fitted: str, served: str) -> bool:
+def same_model(fitted: str, served: str) -> bool:
     """Equal ids, or the same GGUF file: llama-server's id is the path it was given (which
     differs between a laptop and a container) or its ``--alias``, the file's stem."""
     if fitted == served:
@@ -391,7 +392,7 @@ def other_build(profile: Profile, served_build: str) -> bool:
 
 def check_compatible(profile: Profile, model: str, prompt_format_version: str) -> None:
     """Raise ``ProfileMismatch`` unless the profile was fitted for this model and prompt format."""
-    if not _same_model(profile.model, model):
+    if not same_model(profile.model, model):
         raise ProfileMismatch(
             f"calibration profile {profile.name!r} was fitted for model {profile.model!r}, "
             f"but this server runs {model!r}",

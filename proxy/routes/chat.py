@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..app_keys import KIND, PROFILES, SERVICE, UPSTREAM
+from ..app_keys import KIND, MODELS, UPSTREAM
 from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunks
 from ..profiles import calibrate, debias_for
@@ -18,7 +18,8 @@ from ..protocol.semif import (
     requested_logprobs,
 )
 from ..decision.outcome import Outcome
-from .common import check_depth, json_object, json_response, relay
+from ..served import UnknownModel
+from .common import check_depth, json_object, json_response, relay, select_profile
 
 __all__ = ["chat_completions", "chat_decision"]
 
@@ -66,10 +67,11 @@ async def chat_decision(
     if not isinstance(stream, bool):
         raise InvalidRequest("stream must be a boolean", param="stream")
     model = body.get("model") if isinstance(body.get("model"), str) else None
-    service, store = app[SERVICE], app[PROFILES]
-    profile = store.select(call.calibration, param="semif.calibration")
-    if profile is not None:
-        store.check(profile, await service.model(), param="semif.calibration")
+    try:  # one model: any name, as llama-server allows; a router: one of its models
+        service = await app[MODELS].service(model, strict=False)
+    except UnknownModel as exc:
+        raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
+    profile = await select_profile(app, service, call.calibration, "semif.calibration")
     plan = debias_for(profile, call.question, call.debias_method, call.debias,
                       param="semif.debias")
     outcome = calibrate(profile, await service.decide(

@@ -7,11 +7,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..app_keys import KIND, METRICS
+from ..app_keys import KIND, METRICS, MODELS, PROFILES
+from ..calibration.profile import Profile
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
+from ..service import DecisionService
 from ..upstream import Upstream
 
-__all__ = ["MAX_DEPTH", "json_object", "check_depth", "json_response", "relay"]
+__all__ = ["MAX_DEPTH", "json_object", "check_depth", "json_response", "relay",
+           "select_profile"]
 
 # Deeper JSON than this in a decision body is refused: it has no business in a
 # prompt, and the encoders behind us stop at 255 (orjson) or ~1000 (json) levels.
@@ -43,6 +46,17 @@ def check_depth(value: Any, raw: bytes | None = None, limit: int = MAX_DEPTH) ->
         for child in node.values() if isinstance(node, dict) else node:
             if isinstance(child, (dict, list)):
                 todo.append((child, depth + 1))
+
+
+async def select_profile(app: web.Application, service: DecisionService, requested: str | None,
+                         param: str) -> Profile | None:
+    """The calibration profile a decision for ``service``'s model uses, checked against
+    that model. Behind a router the default profile applies only to its own model."""
+    store, info = app[PROFILES], await service.model()
+    profile = store.select(requested, param=param, info=info if app[MODELS].several else None)
+    if profile is not None:
+        store.check(profile, info, param=param)
+    return profile
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

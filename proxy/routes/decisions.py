@@ -6,11 +6,11 @@ from typing import Any
 
 from aiohttp import web
 
-from ..app_keys import KIND, SERVICE, SETTINGS
+from ..app_keys import KIND, MODELS, SETTINGS
 from ..errors import InvalidRequest
 from ..protocol.decisions import parse_request, response_body
 from .common import check_depth, json_object, json_response
-from .systemone import names_of
+from ..served import UnknownModel
 
 __all__ = ["decisions", "decisions_answer"]
 
@@ -29,11 +29,9 @@ async def decisions_answer(app: web.Application, body: dict[str, Any], raw: byte
     if len(call.state_text) > limit:
         raise InvalidRequest(f"the input is {len(call.state_text)} characters; the limit is {limit}",
                              param="input", code="input_too_long")
-    service = app[SERVICE]
-    info = await service.model()
-    names = names_of(app, info)
-    if not names.accepts(call.model):
-        raise InvalidRequest(f"unknown model {call.model!r}; this server answers as "
-                             f"{list(names.listed)}", param="model", code="model_not_found")
+    try:
+        service = await app[MODELS].service(call.model)
+    except UnknownModel as exc:
+        raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
     outcomes = await service.decide_many(call.state_text, call.questions)
     return response_body(call, outcomes)

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..app_keys import API, KIND, SERVICE, SETTINGS
+from ..app_keys import API, KIND, MODELS, SETTINGS
 from ..errors import (InvalidRequest, ProxyError, RequestTooLarge, UpstreamTimeout,
                       error_record)
 from ..middleware import count_error
@@ -39,7 +39,7 @@ from ..protocol.systemone import parse_request
 from .chat import chat_completions, chat_decision
 from .common import check_depth, json_object
 from .decisions import decisions, decisions_answer
-from .systemone import served_here, system_one, system_one_answer
+from .systemone import served_here, system_one, system_one_answer, system_one_service
 
 __all__ = ["JSONLINES", "MAX_LINES", "invocations", "execution_parameters", "body_shape",
            "answer_line"]
@@ -121,7 +121,9 @@ async def _jsonlines(request: web.Request) -> web.Response:
             answers[i] = orjson.dumps(record)
 
     async with asyncio.TaskGroup() as group:
-        for _ in range(min(len(lines), await app[SERVICE].total_slots())):
+        # as many at a time as the default model has slots (a router's each have their own)
+        slots = await (await app[MODELS].service(None)).total_slots()
+        for _ in range(min(len(lines), slots)):
             group.create_task(worker())
     return web.Response(body=b"\n".join(answers) + b"\n", content_type="application/jsonlines")
 
@@ -149,11 +151,11 @@ async def _answer(app: web.Application, raw: bytes) -> dict[str, Any]:
     check_depth(body, raw)
     if shape == "systemone":
         call = parse_request(body)
-        info = await app[SERVICE].model()
-        if not served_here(info):
+        service = await system_one_service(app, call)
+        if not served_here(await service.model()):
             raise InvalidRequest("llama-server serves a native decision model: send System "
                                  "One requests to it one at a time", code="native_model")
-        return await system_one_answer(app, call, info)
+        return await system_one_answer(app, call, service)
     if shape == "decisions":
         return await decisions_answer(app, body, raw)
     if body.get("semif") is None:

@@ -6,12 +6,13 @@ from aiohttp import web
 
 import datetime as dt
 
-from ..app_keys import METRICS, PEERS, SERVICE, UPSTREAM
+from ..app_keys import METRICS, MODELS, PEERS, UPSTREAM
 from ..errors import NotFound
 from ..metrics import CONTENT_TYPE, merged
 from ..workers import peer_metrics
 from .common import json_response
-from .systemone import names_of
+from ..served import UnknownModel
+from ..upstream import ModelInfo
 
 __all__ = ["health", "livez", "models", "model", "ping", "metrics"]
 
@@ -48,23 +49,41 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.StreamResponse:
-    """llama-server's OpenAI list (``object``, ``data``) plus every other name the served
-    model answers to (proxy/names.py) as OpenAI entries, and the System One list
-    (``models``: name, description, release_date), in one body."""
+    """llama-server's OpenAI list (``object``, ``data``: every model, a router's too) plus
+    every other name a model answers to (proxy/names.py) as OpenAI entries, and the
+    System One list (``models``: name, description, release_date), in one body. Listing
+    loads no model: a router's models are described from its list alone."""
+    served = request.app[MODELS]
     body = await request.app[UPSTREAM].models_list()
-    info = await request.app[SERVICE].model()
-    names = names_of(request.app, info).listed
-    released = dt.datetime.fromtimestamp(info.created or 0, dt.timezone.utc).date().isoformat()
     data = body.get("data") if isinstance(body.get("data"), list) else []
+    if await served.router():
+        default = await served.default_id()
+        infos = [_listed_info(e) for e in data if isinstance(e, dict) and "id" in e]
+        infos.sort(key=lambda i: i.id != default)  # the default first: it has the SDK names
+        build = ""
+    else:
+        infos = [await served.default_service().model()]
+        build = infos[0].build
     known = {entry.get("id") for entry in data if isinstance(entry, dict)}
-    body["data"] = [*data, *(_entry(name, info.created) for name in names if name not in known)]
-    body["models"] = [
-        {"name": name, "description": f"{info.id} served by llama-server, read as a decision model",
-         "release_date": released}
-        for name in names
-    ]
-    body["x_llama_build"] = info.build
+    extra, listing = [], []
+    for i, info in enumerate(infos):
+        names = served.names_of(info, default=i == 0).listed
+        extra += [_entry(n, info.created) for n in names if n not in known]
+        known.update(names)
+        released = dt.datetime.fromtimestamp(info.created or 0, dt.timezone.utc).date().isoformat()
+        listing += [{"name": name, "description": f"{info.id} served by llama-server, read as "
+                     "a decision model", "release_date": released} for name in names]
+    body["data"] = [*data, *extra]
+    body["models"] = listing
+    body["x_llama_build"] = build
     return json_response(body)
+
+
+def _listed_info(entry: dict) -> ModelInfo:
+    created = entry.get("created")
+    return ModelInfo(str(entry["id"]), None, None,
+                     tuple(str(a) for a in entry.get("aliases") or ()),
+                     created=created if isinstance(created, int) else None)
 
 
 def _entry(name: str, created: int | None) -> dict[str, object]:
@@ -72,12 +91,14 @@ def _entry(name: str, created: int | None) -> dict[str, object]:
 
 
 async def model(request: web.Request) -> web.StreamResponse:
-    """``GET /v1/models/{id}``: OpenAI's model object for any name the served model answers
+    """``GET /v1/models/{id}``: OpenAI's model object for any name a served model answers
     to; 404 in OpenAI's shape otherwise."""
     wanted = request.match_info["model"]
-    info = await request.app[SERVICE].model()
-    names = names_of(request.app, info)
-    if not names.accepts(wanted):
+    try:
+        service = await request.app[MODELS].service(wanted)
+    except UnknownModel as exc:
         raise NotFound(f"the model {wanted!r} does not exist; this server answers as "
-                       f"{list(names.listed)}", param="model")
-    return json_response(_entry(wanted, info.created))
+                       f"{list(exc.names)}", param="model") from exc
+    # a router's model is not asked (/props would load it): described by its name alone
+    created = None if request.app[MODELS].several else (await service.model()).created
+    return json_response(_entry(wanted, created))

@@ -10,23 +10,16 @@ from typing import Any
 
 from aiohttp import web
 
-from ..app_keys import KIND, PROFILES, SERVICE, SETTINGS, UPSTREAM
+from ..app_keys import KIND, MODELS, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
 from ..profiles import calibrate, debias_for
 from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, response_body
-from ..names import ModelNames, model_names, parse_aliases
+from ..served import UnknownModel
+from ..service import DecisionService
 from ..upstream import ModelInfo
-from .common import check_depth, json_object, json_response, relay
+from .common import check_depth, json_object, json_response, relay, select_profile
 
-__all__ = [
-    "names_of", "served_here", "system_one", "system_one_answer",
-]
-
-
-def names_of(app: web.Application, info: ModelInfo) -> ModelNames:
-    """What requests may call the served model (proxy/names.py)."""
-    return model_names(info.id, info.aliases, info.path,
-                       parse_aliases(app[SETTINGS].model_aliases))
+__all__ = ["served_here", "system_one", "system_one_answer", "system_one_service"]
 
 
 async def system_one(request: web.Request) -> web.StreamResponse:
@@ -38,10 +31,19 @@ async def system_one(request: web.Request) -> web.StreamResponse:
         raise Unprocessable([{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]) from err
     check_depth(body, raw)
     call = parse_request(body)  # validated before llama-server is asked anything
-    info = await request.app[SERVICE].model()
-    if not served_here(info):
+    service = await system_one_service(request.app, call)
+    if not served_here(await service.model()):
         return await relay(request, request.app[UPSTREAM], raw, "/v1/systemone")
-    return json_response(await system_one_answer(request.app, call, info))
+    return json_response(await system_one_answer(request.app, call, service))
+
+
+async def system_one_service(app: web.Application, call: SystemOneCall) -> DecisionService:
+    """The service of the model the request names (jev-latest or none: the default)."""
+    try:
+        return await app[MODELS].service(call.model)
+    except UnknownModel as exc:
+        raise Unprocessable([{"loc": ["body", "model"], "msg": exc.message(),
+                              "type": "value_error"}]) from exc
 
 
 def served_here(info: ModelInfo | None) -> bool:
@@ -51,30 +53,19 @@ def served_here(info: ModelInfo | None) -> bool:
 
 
 async def system_one_answer(
-    app: web.Application, call: SystemOneCall, info: ModelInfo
+    app: web.Application, call: SystemOneCall, service: DecisionService
 ) -> dict[str, Any]:
-    """The System One answer to a validated request, read from the chat model ``info``."""
+    """The System One answer to a validated request, read from ``service``'s chat model."""
     limit = app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:
         raise Unprocessable([{"loc": ["body", "state"], "type": "string_too_long",
                               "msg": f"the state is {len(call.state_text)} characters; "
                                      f"the limit is {limit}"}])
-    names = names_of(app, info)
-    if call.model is not None and not names.accepts(call.model):
-        raise Unprocessable([{
-            "loc": ["body", "model"],
-            "msg": f"unknown model {call.model!r}; this server answers as "
-                   f"{list(names.listed)}",
-            "type": "value_error",
-        }])
-    store = app[PROFILES]
-    profile = store.select(call.calibration, param="x_calibration")
-    if profile is not None:
-        store.check(profile, info, param="x_calibration")
+    profile = await select_profile(app, service, call.calibration, "x_calibration")
     plans = {qid: debias_for(profile, q, call.debias_method, call.debias.get(qid, ()),
                              param="x_debias")
              for qid, q in call.questions.items()}
-    outcomes = await app[SERVICE].decide_many(
+    outcomes = await service.decide_many(
         call.state_text, call.questions,
         debias={qid: plan.shifts for qid, plan in plans.items() if plan.shifts},
         contextual=frozenset(qid for qid, plan in plans.items() if plan.method == "contextual"))

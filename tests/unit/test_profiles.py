@@ -120,3 +120,19 @@ def test_a_profile_from_another_llama_build_is_applied_with_one_warning(tmp_path
     assert warnings == [
         "calibration profile 'p' was fitted on llama.cpp b11434-unknown and is applied on "
         "b10434-abc: the builds' probabilities can differ slightly; refit it on this build"]
+
+
+def test_behind_a_router_the_default_profile_applies_to_its_own_model_only(tmp_path):
+    from proxy.calibration.profile import save
+    from proxy.errors import ProxyError
+
+    save(replace(_profile(), name="routing"), tmp_path)
+    store = ProfileStore(tmp_path, default="routing")
+    mine, other = ModelInfo("m", None, None), ModelInfo("qwen3-4b", None, None)
+    assert store.select(None, param="x", info=mine).name == "routing"  # m.gguf is model m
+    assert store.select(None, param="x", info=other) is None  # another model: none
+    assert store.select(None, param="x").name == "routing"  # one model: the default
+    # asked for by name, it is checked, and refused for the other model
+    asked = store.select("routing", param="x", info=other)
+    with pytest.raises(ProxyError, match="fitted for model 'm.gguf'"):
+        store.check(asked, other, param="x")

@@ -14,6 +14,9 @@ from proxy.upstream import Upstream
 
 
 class Broken(Upstream):
+    async def is_router(self):
+        return False  # one model, whose calls fail with bugs
+
     async def models_list(self):
         raise RuntimeError("a bug")
 
