@@ -19,6 +19,7 @@ from .routes.meta import health, livez, metrics, model, models, ping
 from .routes.openapi import openapi
 from .routes.playground import playground, report_figure, report_page
 from .routes.relayed import relayed
+from .routes.rerank import rerank
 from .routes.systemone import system_one
 from .served import ServedModels
 from .service import DecisionService
@@ -44,6 +45,9 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None,
     app.router.add_get("/v1/models/{model:.+}", model)
     app.router.add_post("/v1/systemone", system_one)
     app.router.add_post("/v1/decisions", decisions)
+    # rerank: llama-server's four paths and Cohere's v2
+    for path in ("/v1/rerank", "/rerank", "/reranking", "/v1/reranking", "/v2/rerank"):
+        app.router.add_post(path, rerank)
     app.router.add_get("/health", health)
     app.router.add_get("/livez", livez)  # liveness: the proxy alone
     app.router.add_get("/ping", ping)  # SageMaker: 200 only when llama-server is ready

@@ -33,6 +33,8 @@ class Settings:
     decision_deadline_s: float = 50.0  # from arrival; under SageMaker's 60 s
     invocations_timeout_s: float = 600.0  # a jsonlines payload in all: Batch Transform's default
     max_state_chars: int = 400_000
+    rerank_max_documents: int = 256
+    rerank_max_document_chars: int = 20_000
     calibration_dir: str = "config/calibration"
     calibration_profile: str = ""  # applied when a request names none; "" for no default
     max_connections: int = 256
@@ -48,6 +50,8 @@ class Settings:
             raise ValueError("max_active_decisions must be >= 1 and max_queued_decisions >= 0")
         if self.max_state_chars < 1:
             raise ValueError("max_state_chars must be at least 1")
+        if self.rerank_max_documents < 1 or self.rerank_max_document_chars < 1:
+            raise ValueError("the rerank limits must be at least 1")
         for name in ("connect_timeout_s", "request_timeout_s", "shutdown_timeout_s",
                      "decision_deadline_s", "invocations_timeout_s"):
             if not getattr(self, name) > 0:
@@ -94,6 +98,10 @@ _OPTIONS: dict[str, tuple[str, str]] = {
         "job's InvocationsTimeoutInSeconds); lines not answered by then get 504 records",
     ),
     "max_state_chars": ("PROXY_MAX_STATE_CHARS", "longest System One / Decisions state accepted"),
+    "rerank_max_documents": ("PROXY_RERANK_MAX_DOCUMENTS", "documents one rerank request may "
+                             "rank (listwise: at most 255)"),
+    "rerank_max_document_chars": ("PROXY_RERANK_MAX_DOCUMENT_CHARS",
+                                  "longest rerank document (and query) accepted"),
     "calibration_dir": ("PROXY_CALIBRATION_DIR", "folder of calibration profiles (NAME.json)"),
     "calibration_profile": (
         "PROXY_CALIBRATION_PROFILE", "profile applied when a request names none ('' for none)"

@@ -221,6 +221,12 @@ class Metrics:
         self.decisions_queued = Gauge(
             "semif_decisions_queued", "Decision requests waiting for an admission slot",
             registry=r)
+        self.rerank_documents = _Histogram(
+            "semif_rerank_documents", "Documents in one rerank request",
+            ["method"], buckets=(1, 2, 5, 10, 20, 50, 100, 255, 1000), registry=r)
+        self.rerank_seconds = _Histogram(
+            "semif_rerank_seconds_per_document", "A rerank request's latency per document",
+            ["method"], buckets=_LATENCY, registry=r)
         self.worker_processes = Gauge(
             "semif_worker_processes",
             "Proxy processes whose counts this scrape includes (--workers)", registry=r)

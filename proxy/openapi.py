@@ -125,6 +125,17 @@ def _request_schemas(schemas: dict[str, Schema]) -> None:
         schemas[f"SystemOne{kind.title()}"]["properties"]["criteria"] = criteria
     schemas["DecisionsRequest"] = _pydantic(decisions._Request, "Decisions", schemas)
     schemas["DecisionsImage"]["description"] = "refused (400): this server reads text only"
+    document = {"anyOf": [{"type": "string"}, _obj(("text",), text={"type": "string"})]}
+    schemas["RerankRequest"] = _obj(
+        ("query", "documents"), query={"type": "string", "minLength": 1},
+        documents={"type": "array", "minItems": 1, "items": document},
+        top_n={"type": ["integer", "null"], "minimum": 1},
+        return_documents={"type": "boolean"}, model={"type": ["string", "null"]},
+        x_method={"enum": ["pointwise", "listwise"], "description": (
+            "pointwise (default): P(yes) of a yes/no question per document, the query read "
+            "once; listwise: one choice over all documents (2 to 255), scores summing to 1")},
+        x_calibration={"type": ["string", "null"],
+                       "description": "a calibration profile for pointwise scores"})
     schemas["DecisionsChoice"]["properties"]["choices"].update(
         minItems=MIN_OPTIONS, maxItems=MAX_OPTIONS)
     schemas["DecisionsScore"]["properties"]["levels"].update(
@@ -196,6 +207,15 @@ def _response_schemas(schemas: dict[str, Schema]) -> None:
         usage=_obj(("input_tokens", "output_tokens", "total_tokens"), input_tokens=_COUNT,
                    output_tokens=_COUNT, total_tokens=_COUNT),
     )
+    schemas["RerankResponse"] = _obj(
+        ("model", "object", "results", "usage"), id={"type": "string"},
+        model={"type": "string"}, object={"const": "list"},
+        results={"type": "array", "items": _obj(
+            ("index", "relevance_score"), index=_COUNT, relevance_score=_UNIT,
+            document=_obj(("text",), text={"type": "string"}))},
+        usage=_obj(("prompt_tokens", "total_tokens"), prompt_tokens=_COUNT,
+                   total_tokens=_COUNT),
+        x_method={"enum": ["pointwise", "listwise"]}, x_evaluated_tokens=_COUNT)
     schemas["Models"] = _obj(
         ("data", "models"), object={"const": "list"},
         x_llama_build={"type": "string", "description": "llama-server's build (/props build_info)"},
@@ -301,6 +321,13 @@ def _paths() -> dict[str, Schema]:
             "OpenAI Decisions: questions about one input, answered in order",
             _response("a Decision", _json(_ref("DecisionsResponse"))),
             _errors("400 401 413 429 502 503 504", oa), _ref("DecisionsRequest"))},
+        **{path: {"post": _operation(
+            "Rerank: documents ordered by relevance to a query, read from the served chat "
+            "model (forwarded untouched to a llama-server started with --reranking)",
+            _response("the documents' scores, best first (top_n of them)",
+                      _json(_ref("RerankResponse"))),
+            _errors("400 401 413 429 502 503 504", oa), _ref("RerankRequest"))}
+           for path in ("/v1/rerank", "/rerank", "/reranking", "/v1/reranking", "/v2/rerank")},
         "/invocations": {"post": _jsonlines(_operation(
             "SageMaker: any body of the three routes above, told apart by its fields; "
             "application/jsonlines: one such decision request per line (Batch Transform), "

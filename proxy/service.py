@@ -104,6 +104,7 @@ class DecisionService:
         self._prompts: dict[bytes, tuple[tuple[int, ...], int]] = {}  # see _prompt
         self._segments: dict[str, tuple[int, ...]] = {}  # shared segment text -> tokens
         self._content_free: dict[bytes, tuple[float, ...]] = {}  # see _free_answer
+        self._reranks: bool | None = None  # a --reranking llama-server: see reranks
 
     async def decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
@@ -242,6 +243,13 @@ class DecisionService:
             self._info = await self._upstream.model_info()
         return self._info
 
+    async def reranks(self) -> bool:
+        """Whether llama-server serves a reranker model, which answers rerank requests
+        itself (asked once)."""
+        if self._reranks is None:
+            self._reranks = await self._upstream.reranks()
+        return self._reranks
+
     async def total_slots(self) -> int:
         """llama-server's parallel slots (asked once)."""
         if self._slots is None:
@@ -262,6 +270,11 @@ class DecisionService:
         convo = append_to_conversation(messages, block)
         ids = [tid for _, tid in labels]
         tokens = await self._prompt(convo, block, kwargs) if _text_only(convo) else None
+        if tokens is not None and info.n_ctx and len(tokens[0]) >= info.n_ctx:
+            raise InvalidRequest(
+                f"the prompt needs {len(tokens[0]) + 1} tokens (the answer's included); a "
+                f"llama-server slot holds {info.n_ctx}: send less, or start llama-server with "
+                "a larger context per slot", code="context_length_exceeded")
         evaluated = reads = 0
         first: NextToken | None = None
         book = await self._book()
@@ -431,7 +444,7 @@ class DecisionService:
         return layout
 
     def _forget(self) -> None:
-        self._info = self._slots = None
+        self._info = self._slots = self._reranks = None
         if self._slot_book is not None:  # kept: decisions in flight hold its leases
             self._slot_book.forget()
         self._prompts.clear()

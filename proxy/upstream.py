@@ -285,6 +285,22 @@ class Upstream:
             return False
         return isinstance(props, dict) and props.get("role") == "router"
 
+    async def reranks(self) -> bool:
+        """Whether llama-server serves a reranker model (started with ``--reranking``: it
+        answers ``/v1/rerank`` itself and cannot chat), from its answer to a one-document
+        rerank: 200 from a reranker, 501 "not supported" (404 on older builds) from a
+        chat model. Unavailable or loading: raised, so that the caller asks again."""
+        body: dict[str, Any] = {"query": "q", "documents": ["d"]}
+        if self.model is not None:
+            body["model"] = self.model
+        try:
+            status, raw = await self._call("POST", "/v1/rerank", orjson.dumps(body))
+        except Exception as exc:  # noqa: BLE001 - translated, never swallowed
+            raise self._translate(exc) from exc
+        if status == 503:
+            raise self._status_error(status, raw, "/v1/rerank")
+        return status == 200
+
     async def total_slots(self) -> int | None:
         """How many requests llama-server computes at once (``-np``), if it says."""
         data = await self._request_json("GET", "/props", None)

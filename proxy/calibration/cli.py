@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import random
 import sys
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from .fit import (
 )
 from .profile import DEFAULT_DIR, KindCalibration, Profile, Threshold, profile_path, save
 from .read import Progress, ReadError, Reading, read_answers, served_model
+from .rerank import fit_rerank, is_rerank, load_rerank_items, read_rerank_scores
 from .stats import DEFAULT_LEVEL, Interval
 
 __all__ = ["PRIOR_SAMPLE", "MIN_PRIOR_SAMPLE", "Fitted", "build_parser", "fit_profile",
@@ -95,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"where the profile and report go (default {DEFAULT_DIR})")
     p.add_argument("--limit", type=int, default=None, help="use only the first N items")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
+    p.add_argument("--k", type=int, default=3,
+                   help="rerank data: the cut-off of the reported NDCG@k (default 3)")
     return p
 
 
@@ -248,6 +252,8 @@ def _debiased(items: Sequence[Item], plain: Sequence[Reading], args: argparse.Na
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if _rerank_data(args.data):
+        return rerank_main(args)
     from .report import write_report  # matplotlib only when a report is written
 
     try:
@@ -274,6 +280,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = save(fitted.profile, args.out_dir)
     paths = write_report(args.out_dir, fitted.profile, fitted.fit, fitted.plain)
     _summarise(fitted, path, paths)
+    return 0
+
+
+def _rerank_data(paths: Sequence[Path]) -> bool:
+    """Whether the data is rerank data (query, documents, relevant): its first line says."""
+    try:
+        for line in paths[0].read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                return is_rerank(json.loads(line))
+    except (OSError, ValueError):
+        return False  # the System One path reports the problem with its line number
+    return False
+
+
+def rerank_main(args: argparse.Namespace) -> int:
+    """Rerank data: the pointwise scores' map, judged on held-out queries (rerank.py)."""
+    try:
+        profile_path(args.profile, args.out_dir)
+        items = load_rerank_items(args.data, args.limit)
+        model, build = served_model(args.url, args.api_key)
+        progress = Progress(len(items), "reading")
+        scores, version = read_rerank_scores(items, args.url, api_key=args.api_key,
+                                             progress=progress.update)
+        fit = fit_rerank(items, scores, test_share=args.test_share, seed=args.seed, k=args.k)
+    except (ValueError, ReadError, OSError) as exc:
+        kind = "data" if isinstance(exc, DataError) else "error"
+        print(f"calibrate: {kind}: {exc}", file=sys.stderr)
+        return 2
+    figures = {f: getattr(fit, f) for f in (
+        "method", "a", "b", "n_fit_queries", "n_fit_pairs", "n_test_queries", "n_test_pairs",
+        "k", "ndcg", "mrr", "ece_before", "ece_after", "note")}
+    profile = Profile(
+        name=args.profile, model=model, prompt_format_version=version,
+        created=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        data_sha256=data_sha256(args.data),
+        calibration={"noul": KindCalibration(fit.method, fit.params(), fit.n_fit_pairs)},
+        threshold=Threshold(args.target_accuracy, None, 0.0, source=(
+            "rerank: the scores are calibrated probabilities of relevance; no route threshold "
+            "is fitted, choose the cut your use needs")),
+        n_items=sum(len(i.documents) for i in items), seed=args.seed,
+        metrics={"rerank": figures}, llama_build=build)
+    path = save(profile, args.out_dir)
+    print(f"rerank: {len(items)} queries; map {fit.method} {fit.params() or ''} fitted on "
+          f"{fit.n_fit_pairs} pairs of {fit.n_fit_queries} queries"
+          + (f" ({fit.note})" if fit.note else ""))
+    print(f"held-out {fit.n_test_queries} queries ({fit.n_test_pairs} pairs): NDCG@{fit.k} "
+          f"{fit.ndcg:.4f}, MRR {fit.mrr:.4f} (the same before and after: the map is "
+          f"increasing); ECE {fit.ece_before:.4f} -> {fit.ece_after:.4f}")
+    print(f"wrote {path}")
     return 0
 
 

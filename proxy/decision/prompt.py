@@ -28,6 +28,9 @@ __all__ = [
     "answer_context",
     "STATE_HEADER",
     "state_messages",
+    "RERANK_QUERY",
+    "POINTWISE_INSTRUCTION",
+    "LISTWISE_INSTRUCTION",
 ]
 
 CONTENT_FREE = "N/A"  # the content-free input of contextual calibration (Zhao et al.)
@@ -35,6 +38,11 @@ CONTENT_FREE = "N/A"  # the content-free input of contextual calibration (Zhao e
 PROMPT_FORMAT_VERSION = "semif-1"
 ANSWER_INSTRUCTION = "Answer with the label of the best option only."
 STATE_HEADER = "Read the following and answer the question after it."
+# rerank (protocol/rerank.py): the query is the state, read once; each document is asked
+# about in its own question (pointwise), or all are options of one choice (listwise)
+RERANK_QUERY = "Query:"
+POINTWISE_INSTRUCTION = "Document:\n{document}\n\nDoes this document answer or match the query?"
+LISTWISE_INSTRUCTION = "Which document answers or matches the query best?"
 
 _HEADERS = {
     "choice": "Which option fits best?",

@@ -62,6 +62,8 @@ PLAN = [
     ("POST", "/v1/systemone", NEGATIVE, 100),
     ("POST", "/v1/decisions", POSITIVE, 25),
     ("POST", "/v1/decisions", NEGATIVE, 100),
+    ("POST", "/v1/rerank", POSITIVE, 15),
+    ("POST", "/v1/rerank", NEGATIVE, 60),
     ("POST", "/invocations", POSITIVE, 20),
     ("POST", "/invocations", NEGATIVE, 100),
     ("POST", "/v1/completions", POSITIVE, 10),

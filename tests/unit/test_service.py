@@ -2,11 +2,12 @@
 
 import asyncio
 import math
+import re
 
 import pytest
 
 from proxy.decision.question import choice_question
-from proxy.errors import UpstreamBadResponse
+from proxy.errors import InvalidRequest, UpstreamBadResponse
 from proxy.kv import common_prefix
 from proxy.service import DecisionService, read_widths
 from proxy.upstream import Completion, ModelInfo, NextToken
@@ -27,12 +28,13 @@ class RecordedUpstream:
         self.reads = list(reads)  # one dict of logprobs per read, in order
         self.widths = []
         self.model = "smollm2"
+        self.n_ctx = 16384  # tokens a slot holds (tokenised here one per character)
         self.renders = 0  # the label probe's renders
         self.slots: dict[int, list[int]] = {}
         self.requests = []  # (slot, tokens sent, cache_prompt, reused, evaluated)
 
     async def model_info(self):
-        return ModelInfo(self.model, 49152, 8192)
+        return ModelInfo(self.model, 49152, self.n_ctx)
 
     async def total_slots(self):
         return 2
@@ -213,3 +215,15 @@ async def test_contextual_calibration_reads_the_content_free_answer_once_per_mod
     up.model = "another"  # its content-free answer is its own: read again
     third = await service.decide([{"role": "user", "content": "q3"}], question, contextual=True)
     assert third.model == "another" and third.reads == 2 and up.reads == []
+
+
+async def test_a_prompt_longer_than_a_slot_is_refused_with_both_counts():
+    up = RecordedUpstream([{49: -1.0, 51: -2.0}])
+    up.n_ctx = 64
+    service = DecisionService(up, n_probs=8)
+    with pytest.raises(InvalidRequest) as err:
+        await service.decide([{"role": "user", "content": "q" * 100}], choice_question(["x", "y"]))
+    assert err.value.code == "context_length_exceeded" and err.value.status == 400
+    needed = int(re.search(r"the prompt needs (\d+) tokens", err.value.message).group(1))
+    assert needed > 100 and "a llama-server slot holds 64" in err.value.message
+    assert up.requests == []  # refused before anything was evaluated

@@ -1,0 +1,166 @@
+"""The rerank API on any chat model: ``POST /v1/rerank`` (and ``/rerank``, ``/reranking``,
+``/v1/reranking``, which llama-server accepts too; ``/v2/rerank``, Cohere's), in the shape
+Jina, Cohere and llama-server answer it:
+
+    {"model": ..., "query": "...", "documents": ["..." | {"text": "..."}], "top_n": 3,
+     "return_documents": false, "x_method": "pointwise" | "listwise", "x_calibration": ...}
+    ->
+    {"id", "model", "object": "list",
+     "results": [{"index", "relevance_score"[, "document": {"text"}]}],   best first
+     "usage": {"prompt_tokens", "total_tokens"}, "meta": {...},
+     "x_method", "x_evaluated_tokens", "x_prompt_format_version"}
+
+Pointwise (the default): each document's relevance is P(yes) of its own yes/no question
+about the query, read as every decision is; the query comes first, so llama-server
+computes it once and each document costs its own tokens. Listwise: one choice over all
+documents, one read, scores that sum to 1 (which document is best). ``parse_request``
+raises ``InvalidRequest`` whose ``param`` names the field.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..decision.outcome import Outcome
+from ..decision.prompt import (
+    LISTWISE_INSTRUCTION,
+    POINTWISE_INSTRUCTION,
+    PROMPT_FORMAT_VERSION,
+    RERANK_QUERY,
+)
+from ..decision.question import MAX_OPTIONS, Question, choice_question, noul_question
+from ..errors import InvalidRequest
+
+__all__ = ["METHODS", "LISTWISE_MAX", "RerankCall", "parse_request", "pointwise_questions",
+           "listwise_question", "relevance", "response_body"]
+
+METHODS = ("pointwise", "listwise")
+LISTWISE_MAX = MAX_OPTIONS  # one label per document
+
+
+@dataclass(frozen=True)
+class RerankCall:
+    model: str | None
+    query: str
+    documents: tuple[str, ...]
+    top_n: int  # results returned, best first
+    return_documents: bool
+    method: str
+    calibration: str | None  # a profile's name (pointwise scores only)
+
+
+def parse_request(body: Mapping[str, Any], *, max_documents: int,
+                  max_document_chars: int) -> RerankCall:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidRequest("model must be a string", param="model")
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidRequest("query must be a non-empty string", param="query")
+    if len(query) > max_document_chars:
+        raise InvalidRequest(f"the query is {len(query)} characters; the limit is "
+                             f"{max_document_chars}", param="query", code="query_too_long")
+    raw = body.get("documents")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidRequest("documents must be a non-empty list of strings or objects with "
+                             "text", param="documents")
+    if len(raw) > max_documents:
+        raise InvalidRequest(f"{len(raw)} documents; the limit is {max_documents} "
+                             "(PROXY_RERANK_MAX_DOCUMENTS)", param="documents",
+                             code="too_many_documents")
+    documents = tuple(_document(d, i, max_document_chars) for i, d in enumerate(raw))
+    method = body.get("x_method", "pointwise")
+    if method not in METHODS:
+        raise InvalidRequest(f"x_method must be one of {list(METHODS)}", param="x_method")
+    if method == "listwise" and len(documents) > LISTWISE_MAX:
+        raise InvalidRequest(f"listwise reads at most {LISTWISE_MAX} documents, got "
+                             f"{len(documents)}", param="documents", code="too_many_documents")
+    if method == "listwise" and len(documents) < 2:
+        raise InvalidRequest("listwise ranks at least 2 documents", param="documents")
+    top_n = body.get("top_n", len(documents))
+    if top_n is None:
+        top_n = len(documents)
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+        raise InvalidRequest("top_n must be a positive integer", param="top_n")
+    give = body.get("return_documents", False)
+    if not isinstance(give, bool):
+        raise InvalidRequest("return_documents must be a boolean", param="return_documents")
+    calibration = body.get("x_calibration")
+    if calibration is not None and not isinstance(calibration, str):
+        raise InvalidRequest("x_calibration must be a profile name", param="x_calibration")
+    if calibration is not None and method == "listwise":
+        raise InvalidRequest("calibration profiles fit pointwise scores; listwise scores are a "
+                             "distribution over the documents", param="x_calibration")
+    return RerankCall(model, query, documents, min(top_n, len(documents)), give, method,
+                      calibration)
+
+
+def _document(value: Any, i: int, limit: int) -> str:
+    text = value.get("text") if isinstance(value, dict) else value
+    if not isinstance(text, str):
+        raise InvalidRequest("each document is a string or an object with a string text",
+                             param=f"documents.{i}")
+    if len(text) > limit:
+        raise InvalidRequest(f"document {i} is {len(text)} characters; the limit is {limit} "
+                             "(PROXY_RERANK_MAX_DOCUMENT_CHARS)", param=f"documents.{i}",
+                             code="document_too_long")
+    return text
+
+
+def query_state(call: RerankCall) -> str:
+    """The state every document's question is asked about: the query, laid out first."""
+    return f"{RERANK_QUERY}\n{call.query}"
+
+
+def pointwise_questions(call: RerankCall) -> dict[str, Question]:
+    """One yes/no question per document, the document inside it (after the query)."""
+    return {str(i): noul_question(None, instructions=POINTWISE_INSTRUCTION.format(document=d))
+            for i, d in enumerate(call.documents)}
+
+
+def listwise_question(call: RerankCall) -> Question:
+    """One choice over every document, in the caller's order."""
+    return choice_question({f"Document {i + 1}": d for i, d in enumerate(call.documents)},
+                           loc=("documents",), instructions=LISTWISE_INSTRUCTION)
+
+
+def relevance(call: RerankCall, outcomes: Mapping[str, Outcome]) -> list[float]:
+    """Each document's score: P(yes) of its question (pointwise), or its share of the one
+    choice (listwise, summing to 1)."""
+    if call.method == "listwise":
+        return list(outcomes["0"].decision.probabilities)
+    # noul's options are (true, false): the first is "yes"
+    return [outcomes[str(i)].decision.probabilities[0] for i in range(len(call.documents))]
+
+
+def response_body(call: RerankCall, scores: Sequence[float], outcomes: Mapping[str, Outcome],
+                  model: str) -> dict[str, Any]:
+    """The ranked answer: best first (the caller's order among equals), ``top_n`` of them."""
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:call.top_n]
+    results = []
+    for i in order:
+        result: dict[str, Any] = {"index": i, "relevance_score": scores[i]}
+        if call.return_documents:
+            result["document"] = {"text": call.documents[i]}
+        results.append(result)
+    prompt = sum(o.tokens_in for o in outcomes.values())
+    evaluated = sum(o.prompt_evaluated for o in outcomes.values())
+    body: dict[str, Any] = {
+        "id": uuid.uuid4().hex,
+        "model": model,
+        "object": "list",
+        "results": results,
+        "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
+        "meta": {"api_version": {"version": "2"},
+                 "billed_units": {"search_units": 1}},
+        "x_method": call.method,
+        "x_evaluated_tokens": evaluated,  # what llama-server computed; the rest was cached
+        "x_prompt_format_version": PROMPT_FORMAT_VERSION,
+    }
+    calibrated = next((o.calibration for o in outcomes.values() if o.calibration), None)
+    if calibrated:
+        body["x_calibration"] = calibrated
+    return body

@@ -1,0 +1,67 @@
+"""POST /v1/rerank (and /rerank, /reranking, /v1/reranking, /v2/rerank): candidates
+ranked by a chat model's decisions (protocol/rerank.py).
+
+A llama-server that serves a real reranker model (started with ``--reranking``; it
+answers rerank itself and cannot chat) gets the request forwarded untouched, as
+``/v1/systemone`` is forwarded to a native decision model; the proxy asks once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from ..app_keys import KIND, METRICS, MODELS, SETTINGS, UPSTREAM
+from ..errors import InvalidRequest
+from ..profiles import DebiasPlan, calibrate
+from ..protocol.rerank import (
+    listwise_question,
+    parse_request,
+    pointwise_questions,
+    query_state,
+    relevance,
+    response_body,
+)
+from ..served import UnknownModel
+from .common import check_depth, json_object, json_response, relay, select_profile
+
+__all__ = ["rerank"]
+
+_NO_DEBIAS = DebiasPlan()
+
+
+async def rerank(request: web.Request) -> web.StreamResponse:
+    request[KIND] = "decision"
+    app = request.app
+    raw = await request.read()
+    body = json_object(raw)
+    check_depth(body, raw)
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    try:
+        service = await app[MODELS].service(model, strict=False)
+    except UnknownModel as exc:
+        raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
+    if await service.reranks():  # a real reranker: its own answer, whatever the body says
+        path = "/v1/rerank" if request.path == "/v2/rerank" else request.path
+        return await relay(request, app[UPSTREAM], raw, path)
+    settings = app[SETTINGS]
+    call = parse_request(body, max_documents=settings.rerank_max_documents,
+                         max_document_chars=settings.rerank_max_document_chars)
+    started = time.monotonic()
+    if call.method == "listwise":
+        outcomes = await service.decide_many(query_state(call), {"0": listwise_question(call)})
+    else:
+        # only a profile the request names: a default one was fitted on other prompts
+        profile = (await select_profile(app, service, call.calibration, "x_calibration")
+                   if call.calibration is not None else None)
+        outcomes = await service.decide_many(query_state(call), pointwise_questions(call))
+        if profile is not None:
+            outcomes = {qid: calibrate(profile, o, _NO_DEBIAS) for qid, o in outcomes.items()}
+    metrics = app[METRICS]
+    metrics.rerank_documents.labels(call.method).observe(len(call.documents))
+    metrics.rerank_seconds.labels(call.method).observe(
+        (time.monotonic() - started) / len(call.documents))
+    answered = next(iter(outcomes.values())).model
+    return json_response(response_body(call, relevance(call, outcomes), outcomes,
+                                       call.model or answered))

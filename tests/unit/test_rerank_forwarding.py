@@ -1,0 +1,66 @@
+"""A llama-server started with --reranking (a real reranker GGUF; it answers rerank
+itself and cannot chat) gets rerank requests forwarded untouched, found out once; a chat
+model's 501 keeps them here. The upstream is a recorded llama-server."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from proxy.app import create_app
+from proxy.config import Settings
+
+# llama-server b11434's answer to a Jina-style rerank on a --reranking model
+RANKED = {"model": "bge-reranker-v2-m3", "object": "list",
+          "usage": {"prompt_tokens": 24, "total_tokens": 24},
+          "results": [{"index": 1, "relevance_score": 3.2}, {"index": 0, "relevance_score": -1.5}]}
+NOT_SUPPORTED = {"error": {"code": 501, "type": "not_supported_error", "message":
+                           "This server does not support reranking. Start it with `--reranking`"}}
+
+
+def recorded(reranker: bool, seen: list):
+    async def rerank(request: web.Request) -> web.Response:
+        seen.append((request.path, await request.read()))
+        if not reranker:
+            return web.json_response(NOT_SUPPORTED, status=501)
+        return web.json_response(RANKED)
+
+    async def props(request: web.Request) -> web.Response:
+        return web.json_response({"total_slots": 1})
+
+    app = web.Application()
+    for path in ("/v1/rerank", "/rerank", "/reranking", "/v1/reranking"):
+        app.router.add_post(path, rerank)
+    app.router.add_get("/props", props)
+    return app
+
+
+async def test_a_reranker_answers_itself_and_is_asked_once():
+    seen: list = []
+    async with TestServer(recorded(True, seen)) as upstream:
+        settings = Settings(upstream_url=str(upstream.make_url("")).rstrip("/"))
+        async with TestClient(TestServer(create_app(settings))) as client:
+            tei = orjson.dumps({"query": "q", "texts": ["a", "b"], "raw_scores": True})
+            for path in ("/v1/rerank", "/rerank", "/v2/rerank"):
+                resp = await client.post(path, data=tei,
+                                         headers={"Content-Type": "application/json"})
+                assert resp.status == 200 and await resp.json() == RANKED
+    probe, *forwarded = seen
+    assert orjson.loads(probe[1]) == {"query": "q", "documents": ["d"]}  # the one probe
+    # untouched, to llama-server's path (Cohere's /v2/rerank to /v1/rerank)
+    assert forwarded == [("/v1/rerank", tei), ("/rerank", tei), ("/v1/rerank", tei)]
+
+
+async def test_a_chat_models_501_keeps_rerank_here():
+    seen: list = []
+    async with TestServer(recorded(False, seen)) as upstream:
+        settings = Settings(upstream_url=str(upstream.make_url("")).rstrip("/"))
+        async with TestClient(TestServer(create_app(settings))) as client:
+            # validated here: TEI's "texts" is not this API's shape
+            resp = await client.post("/v1/rerank", json={"query": "q", "texts": ["a"]})
+            error = (await resp.json())["error"]
+            again = await client.post("/v1/rerank", json={"query": "", "documents": ["a"]})
+    assert resp.status == 400 and error["param"] == "documents"
+    assert again.status == 400
+    assert len(seen) == 1  # asked once, then remembered
