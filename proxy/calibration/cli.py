@@ -310,7 +310,7 @@ def rerank_main(args: argparse.Namespace) -> int:
         return 2
     figures = {f: getattr(fit, f) for f in (
         "method", "a", "b", "n_fit_queries", "n_fit_pairs", "n_test_queries", "n_test_pairs",
-        "k", "ndcg", "mrr", "ece_before", "ece_after", "note")}
+        "k", "ndcg", "mrr", "ndcg_chance", "mrr_chance", "ece_before", "ece_after", "note")}
     profile = Profile(
         name=args.profile, model=model, prompt_format_version=version,
         created=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -322,12 +322,14 @@ def rerank_main(args: argparse.Namespace) -> int:
         n_items=sum(len(i.documents) for i in items), seed=args.seed,
         metrics={"rerank": figures}, llama_build=build)
     path = save(profile, args.out_dir)
-    print(f"rerank: {len(items)} queries; map {fit.method} {fit.params() or ''} fitted on "
-          f"{fit.n_fit_pairs} pairs of {fit.n_fit_queries} queries"
-          + (f" ({fit.note})" if fit.note else ""))
+    fitted = (f"Platt a={fit.a:.4f} b={fit.b:.4f}" if fit.method == "platt"
+              else f"no map kept: {fit.note}")
+    print(f"rerank: {len(items)} queries; fitted on {fit.n_fit_pairs} pairs of "
+          f"{fit.n_fit_queries} queries: {fitted}")
     print(f"held-out {fit.n_test_queries} queries ({fit.n_test_pairs} pairs): NDCG@{fit.k} "
-          f"{fit.ndcg:.4f}, MRR {fit.mrr:.4f} (the same before and after: the map is "
-          f"increasing); ECE {fit.ece_before:.4f} -> {fit.ece_after:.4f}")
+          f"{fit.ndcg:.4f} (a random order: {fit.ndcg_chance:.4f}), MRR {fit.mrr:.4f} "
+          f"({fit.mrr_chance:.4f}); the same before and after, the map being increasing; "
+          f"ECE {fit.ece_before:.4f} -> {fit.ece_after:.4f}")
     print(f"wrote {path}")
     return 0
 

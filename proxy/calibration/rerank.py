@@ -30,6 +30,7 @@ from .metrics import expected_calibration_error
 from .transform import platt_scale
 
 __all__ = ["RerankItem", "is_rerank", "load_rerank_items", "ndcg_at", "reciprocal_rank",
+           "chance_ndcg_at", "chance_reciprocal_rank",
            "split_queries", "RerankFit", "fit_rerank"]
 
 
@@ -102,6 +103,21 @@ def reciprocal_rank(scores: Sequence[float], relevant: frozenset[int]) -> float:
     return next(1 / (rank + 1) for rank, doc in enumerate(ranking(scores)) if doc in relevant)
 
 
+def chance_ndcg_at(n: int, relevant: int, k: int) -> float:
+    """The expected NDCG@k of a random order of ``n`` documents, ``relevant`` of them
+    relevant: each position holds a relevant one with probability relevant / n."""
+    expected = math.fsum(relevant / n / math.log2(i + 2) for i in range(min(k, n)))
+    return expected / math.fsum(1 / math.log2(i + 2) for i in range(min(k, relevant)))
+
+
+def chance_reciprocal_rank(n: int, relevant: int) -> float:
+    """The expected 1 / rank of the first relevant document in a random order: the first
+    is at rank j with probability C(n - j, relevant - 1) / C(n, relevant)."""
+    total = math.comb(n, relevant)
+    return math.fsum(math.comb(n - j, relevant - 1) / total / j
+                     for j in range(1, n - relevant + 2))
+
+
 def split_queries(n: int, test_share: float, seed: int) -> list[bool]:
     """Which queries are held out (True): round(n * test_share) of them, at least one,
     drawn with ``seed``; the rest fit the map."""
@@ -122,6 +138,8 @@ class RerankFit:
     k: int
     ndcg: float  # mean NDCG@k over the held-out queries
     mrr: float  # mean reciprocal rank over the held-out queries
+    ndcg_chance: float  # the same for a random order of each query's documents
+    mrr_chance: float
     ece_before: float  # of the held-out pairs' scores
     ece_after: float
     note: str = ""
@@ -148,7 +166,7 @@ def fit_rerank(items: Sequence[RerankItem], scores: Sequence[Sequence[float]], *
     method, note = "platt", ""
     if not a > 0:  # decreasing: it would reverse every ranking
         a, b, method = 1.0, 0.0, "none"
-        note = "the fitted map decreases (the scores rank relevant documents lower): none kept"
+        note = "the fitted slope is not positive (the scores rank relevant documents lower)"
     pairs = [(p, j in it.relevant) for it, s in test for j, p in enumerate(s)]
     before = [p for p, _ in pairs]
     after = [platt_scale([p, 1 - p], a, b)[0] for p in before] if method == "platt" else before
@@ -156,6 +174,10 @@ def fit_rerank(items: Sequence[RerankItem], scores: Sequence[Sequence[float]], *
         a, b, method, len(items) - len(test), len(fit), len(test), len(pairs), k,
         ndcg=math.fsum(ndcg_at(s, it.relevant, k) for it, s in test) / len(test),
         mrr=math.fsum(reciprocal_rank(s, it.relevant) for it, s in test) / len(test),
+        ndcg_chance=math.fsum(chance_ndcg_at(len(it.documents), len(it.relevant), k)
+                              for it, _ in test) / len(test),
+        mrr_chance=math.fsum(chance_reciprocal_rank(len(it.documents), len(it.relevant))
+                             for it, _ in test) / len(test),
         ece_before=_ece(before, [r for _, r in pairs]),
         ece_after=_ece(after, [r for _, r in pairs]), note=note)
 

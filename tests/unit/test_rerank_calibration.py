@@ -65,7 +65,7 @@ def test_an_overconfident_scorer_gets_an_increasing_map_that_lowers_the_ece():
 def test_scores_that_rank_relevant_documents_last_keep_no_map():
     items, scores = items_and_scores(10, 0.1, 0.9)
     fit = fit_rerank(items, scores, seed=0)
-    assert fit.method == "none" and fit.params() == {} and "decreases" in fit.note
+    assert fit.method == "none" and fit.params() == {} and "not positive" in fit.note
     assert fit.ece_after == fit.ece_before
     assert fit.mrr == pytest.approx(1 / 3)
 
@@ -86,3 +86,19 @@ def test_the_shipped_rerank_set_parses():
     items = load_rerank_items([Path(__file__).parents[1] / "data" / "rerank" / "support.jsonl"])
     assert len(items) == 24 and sum(len(i.documents) for i in items) == 120
     assert all(1 <= len(i.relevant) <= 2 for i in items)
+
+
+def test_chance_figures_are_the_means_over_every_order():
+    from itertools import permutations
+
+    from proxy.calibration.rerank import chance_ndcg_at, chance_reciprocal_rank
+
+    n, relevant = 5, frozenset({0, 3})
+    orders = list(permutations(range(n)))
+    # a score per document from each order: the first position gets the highest score
+    scored = [[n - order.index(d) for d in range(n)] for order in orders]
+    mean_rr = math.fsum(reciprocal_rank(s, relevant) for s in scored) / len(orders)
+    mean_ndcg = math.fsum(ndcg_at(s, relevant, 3) for s in scored) / len(orders)
+    assert chance_reciprocal_rank(n, 2) == pytest.approx(mean_rr, rel=1e-12)
+    assert chance_ndcg_at(n, 2, 3) == pytest.approx(mean_ndcg, rel=1e-12)
+    assert chance_reciprocal_rank(4, 4) == 1.0
