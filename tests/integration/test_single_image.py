@@ -5,6 +5,7 @@ differ from the image (no Docker engine here)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -76,12 +77,18 @@ def single(tmp_path):
     try:
         until(lambda: status(url + "/ping") == 200, 120, "/ping answered 200", log)
         yield proc, url, f"http://127.0.0.1:{llama_port}", log
-    finally:
+    finally:  # as the container stops: SIGTERM stops both; anything left is killed
+        left = children(proc.pid).values() if proc.poll() is None else ()
         if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pid in children(proc.pid).values() if proc.poll() is None else ():
-            os.kill(pid, signal.SIGKILL)
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_both_processes_serve_sagemakers_contract_on_its_ports(single):
