@@ -280,7 +280,9 @@ class TransformConfig:
     instance_type: str = DEFAULT_INSTANCE_TYPE
     instance_count: int = 1
     invocations_timeout_s: int = 3600  # per payload; SageMaker allows 1-3600
-    max_payload_mb: int = 6  # per payload; SageMaker allows up to 100
+    # per payload (SageMaker allows up to 100): every line of it must be answered within
+    # the invocation timeout, about 2 lines/s for a small model on a small CPU instance
+    max_payload_mb: int = 1
     max_retries: int = 1  # a payload that failed whole (its lines answer their own errors)
     parallel: int = 4
     ctx_size: int = 32768

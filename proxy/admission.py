@@ -71,6 +71,7 @@ class Admission:
         self._deadline_s = deadline_s
         self._retry_after_s = retry_after_s
         self.parallel = max_active  # decisions served at once: at most llama-server's slots
+        self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
 
     @property
@@ -101,10 +102,13 @@ class Admission:
                 )
         return _Admitted(self)
 
-    def limit_parallel(self, slots: int) -> None:
+    def limit_parallel(self, slots: int, owner: object = None) -> None:
         """Decisions beyond ``slots`` wait for a llama-server slot (proxy/kv.py) however
-        many are admitted: estimate with that many served at once."""
-        self.parallel = max(1, min(self._max_active, slots))
+        many are admitted: estimate with that many served at once. ``owner``: whose slots
+        they are; behind a llama-server router each model has its own, and one admission
+        serves them all at once (the measured decision time is one for all models)."""
+        self._slot_counts[owner] = slots
+        self.parallel = max(1, min(self._max_active, sum(self._slot_counts.values())))
 
     def _measured(self, seconds: float) -> None:
         self.decision_s = smoothed(self.decision_s, seconds)

@@ -211,7 +211,9 @@ def _response_schemas(schemas: dict[str, Schema]) -> None:
         ("model", "object", "results", "usage"), id={"type": "string"},
         model={"type": "string"}, object={"const": "list"},
         results={"type": "array", "items": _obj(
-            ("index", "relevance_score"), index=_COUNT, relevance_score=_UNIT,
+            ("index", "relevance_score"), index=_COUNT, relevance_score={
+                "type": "number", "description": "0 to 1 when read here; a reranker model's "
+                "raw score when forwarded to one"},
             document=_obj(("text",), text={"type": "string"}))},
         usage=_obj(("prompt_tokens", "total_tokens"), prompt_tokens=_COUNT,
                    total_tokens=_COUNT),

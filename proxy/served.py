@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import UpstreamBadResponse
+from .errors import ProxyError, UpstreamBadResponse
 from .names import SDK_NAMES, ModelNames, model_names, parse_aliases
 from .service import DecisionService
 from .upstream import ModelInfo, Upstream
@@ -112,7 +112,10 @@ class ServedModels:
             for entry in listed:
                 if self._default_name == entry.id or self._default_name in entry.aliases:
                     return entry.id
-            raise UnknownModel(self._default_name, tuple(e.id for e in listed))
+            # the server's configuration, not the request: a 500 that names the setting
+            raise ProxyError(f"PROXY_DEFAULT_MODEL is {self._default_name!r}, which "
+                             f"llama-server does not list ({[e.id for e in listed]})",
+                             code="default_model_not_served")
         return listed[0].id
 
     def names_of(self, info: ModelInfo, *, default: bool) -> ModelNames:

@@ -247,8 +247,17 @@ class DecisionService:
         """Whether llama-server serves a reranker model, which answers rerank requests
         itself (asked once)."""
         if self._reranks is None:
-            self._reranks = await self._upstream.reranks()
+            found = await self._upstream.reranks()
+            if found is None:  # neither answer: read here this time, ask again next time
+                return False
+            self._reranks = found
         return self._reranks
+
+    @property
+    def upstream_model(self) -> str | None:
+        """The model a llama-server router routes this service's reads to (None: one
+        model, nothing named)."""
+        return self._upstream.model
 
     async def total_slots(self) -> int:
         """llama-server's parallel slots (asked once)."""
@@ -372,7 +381,7 @@ class DecisionService:
             total = await self.total_slots()
             if self._slot_book is None:  # the first to get here after the await makes it
                 self._slot_book = SlotBook(worker_slots(total, *self._worker))
-                self._admission.limit_parallel(self._slot_book.size)
+                self._admission.limit_parallel(self._slot_book.size, self)
         return self._slot_book
 
     async def _labels(

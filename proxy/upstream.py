@@ -149,6 +149,7 @@ class Upstream:
         ``/props`` and ``/slots``), as the router routes. Shares the connections."""
         bound = copy.copy(self)
         bound.model = name
+        bound._down_since = None  # logged per model from here on
         return bound
 
     async def close(self) -> None:
@@ -266,8 +267,13 @@ class Upstream:
         if not isinstance(props, dict):
             return info
         build, path = props.get("build_info"), props.get("model_path")
-        return replace(info, build=build if isinstance(build, str) else "",
+        info = replace(info, build=build if isinstance(build, str) else "",
                        path=path if isinstance(path, str) else "")
+        if info.n_ctx is None:  # a router lists a model's meta only once it is loaded
+            n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+            if isinstance(n_ctx, int) and n_ctx > 0:
+                info = replace(info, n_ctx=n_ctx)
+        return info
 
     async def models_list(self) -> dict[str, Any]:
         """llama-server's ``/v1/models`` answer, as a JSON object."""
@@ -281,15 +287,18 @@ class Upstream:
         ``role: router``); a server without ``/props`` is one model."""
         try:
             props = await self._request_json("GET", "/props", None)
-        except UpstreamRejected:
+        except (UpstreamUnavailable, UpstreamTimeout):
+            raise  # not known yet: asked again
+        except UpstreamError:  # no /props, or one that fails: one model, as model_info says
             return False
         return isinstance(props, dict) and props.get("role") == "router"
 
-    async def reranks(self) -> bool:
+    async def reranks(self) -> bool | None:
         """Whether llama-server serves a reranker model (started with ``--reranking``: it
         answers ``/v1/rerank`` itself and cannot chat), from its answer to a one-document
         rerank: 200 from a reranker, 501 "not supported" (404 on older builds) from a
-        chat model. Unavailable or loading: raised, so that the caller asks again."""
+        chat model; ``None`` for any other answer (not known: ask again). Unavailable
+        or loading: raised."""
         body: dict[str, Any] = {"query": "q", "documents": ["d"]}
         if self.model is not None:
             body["model"] = self.model
@@ -299,7 +308,8 @@ class Upstream:
             raise self._translate(exc) from exc
         if status == 503:
             raise self._status_error(status, raw, "/v1/rerank")
-        return status == 200
+        self._mark_up()
+        return {200: True, 404: False, 501: False}.get(status)
 
     async def total_slots(self) -> int | None:
         """How many requests llama-server computes at once (``-np``), if it says."""

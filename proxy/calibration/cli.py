@@ -300,6 +300,8 @@ def rerank_main(args: argparse.Namespace) -> int:
         profile_path(args.profile, args.out_dir)
         items = load_rerank_items(args.data, args.limit)
         model, build = served_model(args.url, args.api_key)
+        if args.k < 1:
+            raise ValueError("--k must be at least 1")
         progress = Progress(len(items), "reading")
         scores, version = read_rerank_scores(items, args.url, api_key=args.api_key,
                                              progress=progress.update)

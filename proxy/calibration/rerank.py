@@ -196,8 +196,11 @@ def read_rerank_scores(items: Sequence[RerankItem], url: str, *, api_key: str | 
     out, version = [], ""
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s) as client:
         for item in items:
-            resp = client.post("/v1/rerank", json={"query": item.query,
-                                                   "documents": list(item.documents)})
+            try:
+                resp = client.post("/v1/rerank", json={"query": item.query,
+                                                       "documents": list(item.documents)})
+            except httpx.HTTPError as exc:
+                raise ReadError(f"{item.source}: the proxy did not answer: {exc!r}") from exc
             if resp.status_code != 200:
                 raise ReadError(f"{item.source}: /v1/rerank answered {resp.status_code}: "
                                 f"{resp.text[:300]}")

@@ -13,7 +13,7 @@ from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..service import DecisionService
 from ..upstream import Upstream
 
-__all__ = ["MAX_DEPTH", "json_object", "check_depth", "json_response", "relay",
+__all__ = ["MAX_DEPTH", "json_object", "check_depth", "json_response", "relay", "routed",
            "select_profile"]
 
 # Deeper JSON than this in a decision body is refused: it has no business in a
@@ -46,6 +46,16 @@ def check_depth(value: Any, raw: bytes | None = None, limit: int = MAX_DEPTH) ->
         for child in node.values() if isinstance(node, dict) else node:
             if isinstance(child, (dict, list)):
                 todo.append((child, depth + 1))
+
+
+def routed(raw: bytes, body: dict[str, Any], service: DecisionService) -> bytes:
+    """The body to relay for ``service``'s model: unchanged, except that behind a
+    llama-server router it names the model the proxy resolved (a default name, an alias
+    of ours or no name at all means nothing to the router)."""
+    model = service.upstream_model
+    if model is None or body.get("model") == model:
+        return raw
+    return orjson.dumps({**body, "model": model})
 
 
 async def select_profile(app: web.Application, service: DecisionService, requested: str | None,

@@ -10,8 +10,8 @@ A ``Content-Type: application/jsonlines`` body (SageMaker Batch Transform with
 line, of any of the three shapes (chat with ``semif``); the answer is
 ``application/jsonlines`` in the same order, one line per input line, a failed line
 answering ``{"error": {status, message, type, param, code[, detail]}}`` (a blank line
-too, so the answer has as many lines as the body). At most ``MAX_LINES`` lines; they
-are read as many at a time as llama-server has slots, each admitted like a request of
+too, so the answer has as many lines as the body). The body limit bounds the lines
+(Batch Transform fills a payload up to MaxPayloadInMB, whatever the count); they are read as many at a time as llama-server has slots, each admitted like a request of
 its own, and counted under the request kind "batch" (not in the decision latency).
 The payload as a whole has ``PROXY_INVOCATIONS_TIMEOUT`` (the transform job's
 ``InvocationsTimeoutInSeconds``): a line not answered by then gets a 504 record, so the
@@ -29,9 +29,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..app_keys import API, KIND, MODELS, SETTINGS
-from ..errors import (InvalidRequest, ProxyError, RequestTooLarge, UpstreamTimeout,
-                      error_record)
+from ..app_keys import API, KIND, METRICS, MODELS, SETTINGS
+from ..errors import InvalidRequest, ProxyError, UpstreamTimeout, error_record
 from ..middleware import count_error
 from ..protocol.chat import completion_body
 from ..protocol.semif import requested_logprobs
@@ -41,11 +40,10 @@ from .common import check_depth, json_object
 from .decisions import decisions, decisions_answer
 from .systemone import served_here, system_one, system_one_answer, system_one_service
 
-__all__ = ["JSONLINES", "MAX_LINES", "invocations", "execution_parameters", "body_shape",
+__all__ = ["JSONLINES", "invocations", "execution_parameters", "body_shape",
            "answer_line"]
 
 JSONLINES = frozenset({"application/jsonlines", "application/jsonl", "application/x-jsonlines"})
-MAX_LINES = 10_000  # records in one jsonlines payload
 _MIB = 1024 * 1024
 # the payload's lines are answered within this share of PROXY_INVOCATIONS_TIMEOUT: the
 # rest is left for sending the answer before SageMaker gives up on the call
@@ -99,32 +97,35 @@ async def _jsonlines(request: web.Request) -> web.Response:
         lines.pop()  # the last line's newline
     if not lines:
         raise InvalidRequest("the jsonlines body has no lines", code="empty_body")
-    if len(lines) > MAX_LINES:
-        raise RequestTooLarge(f"the jsonlines body has {len(lines)} lines; the limit is "
-                              f"{MAX_LINES}: send smaller payloads (MaxPayloadInMB)",
-                              code="too_many_lines")
     answers: list[bytes] = [b""] * len(lines)
     todo = iter(enumerate(lines))
+    late = UpstreamTimeout(
+        f"the payload's {timeout_s:g} s deadline (PROXY_INVOCATIONS_TIMEOUT) passed before "
+        "this line was answered; send it again", code="payload_deadline")
+    too_late = orjson.dumps(error_record(late))
+    missed = 0
 
     async def worker() -> None:
+        nonlocal missed
         for i, raw in todo:
+            if loop.time() >= deadline:  # not started: nothing is sent to llama-server
+                answers[i], missed = too_late, missed + 1
+                continue
             try:
                 async with asyncio.timeout_at(deadline):
-                    record = await answer_line(app, raw)
-            except TimeoutError:
-                late = UpstreamTimeout(
-                    f"the payload's {timeout_s:g} s deadline (PROXY_INVOCATIONS_TIMEOUT) "
-                    "passed before this line was answered; send it again",
-                    code="payload_deadline")
-                count_error(app, "POST", "/invocations", late)
-                record = error_record(late)
-            answers[i] = orjson.dumps(record)
+                    answers[i] = orjson.dumps(await answer_line(app, raw))
+            except TimeoutError:  # cut short: llama-server's work on it is cancelled
+                answers[i], missed = too_late, missed + 1
 
     async with asyncio.TaskGroup() as group:
         # as many at a time as the default model has slots (a router's each have their own)
         slots = await (await app[MODELS].service(None)).total_slots()
         for _ in range(min(len(lines), slots)):
             group.create_task(worker())
+    if missed:  # counted as the errors they are, logged once per payload
+        app[METRICS].upstream_errors.labels(late.code).inc(missed)
+        log.warning("POST /invocations: %d of %d lines missed the payload's %g s deadline "
+                    "(PROXY_INVOCATIONS_TIMEOUT)", missed, len(lines), timeout_s)
     return web.Response(body=b"\n".join(answers) + b"\n", content_type="application/jsonlines")
 
 

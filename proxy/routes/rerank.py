@@ -24,7 +24,7 @@ from ..protocol.rerank import (
     response_body,
 )
 from ..served import UnknownModel
-from .common import check_depth, json_object, json_response, relay, select_profile
+from .common import check_depth, json_object, json_response, relay, routed, select_profile
 
 __all__ = ["rerank"]
 
@@ -44,7 +44,7 @@ async def rerank(request: web.Request) -> web.StreamResponse:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
     if await service.reranks():  # a real reranker: its own answer, whatever the body says
         path = "/v1/rerank" if request.path == "/v2/rerank" else request.path
-        return await relay(request, app[UPSTREAM], raw, path)
+        return await relay(request, app[UPSTREAM], routed(raw, body, service), path)
     settings = app[SETTINGS]
     call = parse_request(body, max_documents=settings.rerank_max_documents,
                          max_document_chars=settings.rerank_max_document_chars)

@@ -17,7 +17,7 @@ from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, re
 from ..served import UnknownModel
 from ..service import DecisionService
 from ..upstream import ModelInfo
-from .common import check_depth, json_object, json_response, relay, select_profile
+from .common import check_depth, json_object, json_response, relay, routed, select_profile
 
 __all__ = ["served_here", "system_one", "system_one_answer", "system_one_service"]
 
@@ -33,7 +33,8 @@ async def system_one(request: web.Request) -> web.StreamResponse:
     call = parse_request(body)  # validated before llama-server is asked anything
     service = await system_one_service(request.app, call)
     if not served_here(await service.model()):
-        return await relay(request, request.app[UPSTREAM], raw, "/v1/systemone")
+        return await relay(request, request.app[UPSTREAM], routed(raw, body, service),
+                           "/v1/systemone")
     return json_response(await system_one_answer(request.app, call, service))
 
 

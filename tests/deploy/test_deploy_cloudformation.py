@@ -64,7 +64,7 @@ def test_model_is_one_container_or_the_proxy_and_llama_in_direct_mode():
     model = RESOURCES["Model"]["Properties"]
     assert TEMPLATE["Parameters"]["Layout"]["Default"] == "single"
     assert branch(model["PrimaryContainer"], True)["Image"] == {"Ref": "SingleImageUri"}
-    assert branch(model["Containers"], True) is branch(model["InferenceExecutionConfig"], True)
+    assert branch(model["Containers"], True) is None
     assert branch(model["InferenceExecutionConfig"], True) is None
     assert branch(model["PrimaryContainer"], False) is None
     assert branch(model["InferenceExecutionConfig"], False)["Mode"] == "Direct"

@@ -54,8 +54,10 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The pod's long-running containers by name: its containers and native sidecars."""
     spec = one(docs, "Deployment")["spec"]["template"]["spec"]
-    return {c["name"]: c for c in spec["containers"]}
+    sidecars = [c for c in spec["initContainers"] if c.get("restartPolicy") == "Always"]
+    return {c["name"]: c for c in [*sidecars, *spec["containers"]]}
 
 
 def env(container: dict[str, Any]) -> dict[str, str]:
@@ -111,6 +113,19 @@ def test_probes_start_on_the_model_ready_on_llama_and_live_on_the_proxy_alone():
         assert health in llama[probe]["exec"]["command"]
     assert env(proxy)["UPSTREAM_URL"] == f"http://127.0.0.1:{env(llama)['LLAMA_ARG_PORT']}"
     assert "ports" not in llama
+
+
+def test_llama_server_starts_before_the_proxy_and_stops_after_its_drain():
+    spec = one(render("base"), "Deployment")["spec"]["template"]["spec"]
+    # init containers run in order: the model is copied, then llama-server starts (a
+    # native sidecar: the kubelet stops it only after the proxy, the main container)
+    assert [c["name"] for c in spec["initContainers"]] == ["model", "llama"]
+    assert spec["initContainers"][1]["restartPolicy"] == "Always"
+    assert [c["name"] for c in spec["containers"]] == ["proxy"]
+    proxy = spec["containers"][0]
+    wait = int(proxy["lifecycle"]["preStop"]["exec"]["command"][1])
+    drain = load_settings([], env(proxy)).shutdown_timeout_s
+    assert wait + drain < spec["terminationGracePeriodSeconds"]
 
 
 def test_the_proxy_environment_names_settings_it_reads():

@@ -225,7 +225,7 @@ def test_transform_makes_the_single_image_model_and_a_line_by_line_job(clients: 
     job = sm.describe_transform_job(TransformJobName="nightly-1")
     assert job["ModelName"] == "nightly-1-model"
     assert (job["BatchStrategy"], job["MaxConcurrentTransforms"], job["MaxPayloadInMB"]) == (
-        "MultiRecord", 1, 6)
+        "MultiRecord", 1, 1)
     assert job["TransformInput"]["SplitType"] == "Line"
     assert job["TransformInput"]["ContentType"] == "application/jsonlines"
     assert job["TransformInput"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bucket/tickets/"
@@ -234,7 +234,7 @@ def test_transform_makes_the_single_image_model_and_a_line_by_line_job(clients: 
     # the proxy is told the job's payload timeout and payload size
     assert job["ModelClientConfig"]["InvocationsTimeoutInSeconds"] == 1800
     assert job["Environment"] == {"PROXY_INVOCATIONS_TIMEOUT": "1800",
-                                  "PROXY_MAX_BODY_BYTES": str(6 * 1024 * 1024)}
+                                  "PROXY_MAX_BODY_BYTES": str(1024 * 1024)}
     assert job["TransformResources"] == {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1}
 
 

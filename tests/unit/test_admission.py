@@ -236,3 +236,16 @@ async def test_time_spent_waiting_for_a_llama_server_slot_is_not_taught_as_decis
         await asyncio.sleep(0.25)
     whole = time.monotonic() - started
     assert admission.decision_s == pytest.approx(whole - 0.2, abs=0.005)
+
+
+def test_behind_a_router_every_models_slots_count_once():
+    admission = Admission(max_active=16, max_queued=8, deadline_s=10, retry_after_s=1)
+    admission.limit_parallel(4, "smollm2")
+    admission.limit_parallel(2, "qwen3-4b")
+    assert admission.parallel == 6
+    admission.limit_parallel(4, "smollm2")  # the same model's slots counted again: once
+    assert admission.parallel == 6
+    small = Admission(max_active=5, max_queued=8, deadline_s=10, retry_after_s=1)
+    small.limit_parallel(4, "a")
+    small.limit_parallel(4, "b")
+    assert small.parallel == 5  # never more than are admitted at once

@@ -8,6 +8,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.config import Settings
+from proxy.errors import ProxyError
 from proxy.served import ServedModels, UnknownModel
 from proxy.upstream import ModelInfo, Upstream
 
@@ -82,10 +83,12 @@ async def test_an_unknown_name_asks_the_list_again_then_names_the_models():
                                    "['jev-latest', 'gpt-6-luna', 'qwen3-4b', 'qwen', 'smollm2']")
 
 
-async def test_a_default_model_the_router_does_not_list_is_refused():
+async def test_a_default_model_the_router_does_not_list_is_the_servers_error():
     models, _ = served(default_model="llama-70b")
-    with pytest.raises(UnknownModel):
-        await models.service(None)
+    for name in (None, "jev-latest"):  # not the client's fault: a 500 naming the setting
+        with pytest.raises(ProxyError) as err:
+            await models.service(name)
+        assert err.value.status == 500 and "PROXY_DEFAULT_MODEL" in err.value.message
 
 
 async def test_one_model_answers_its_names_and_chat_takes_any():
@@ -115,7 +118,8 @@ async def test_a_routers_model_is_named_in_every_call():
         if request.path == "/tokenize":
             return web.json_response({"tokens": [1, 2]})
         if request.path == "/props":
-            return web.json_response({"total_slots": 2})
+            return web.json_response({"total_slots": 2,
+                                      "default_generation_settings": {"n_ctx": 8192}})
         return web.json_response(ROUTER_MODELS)
 
     app = web.Application()
@@ -135,5 +139,56 @@ async def test_a_routers_model_is_named_in_every_call():
     assert seen[1][:2] == ("GET", "/props?model=qwen3-4b")
     assert seen[2][:2] == ("GET", "/v1/models")  # the router's own list: not routed
     assert info.id == "qwen3-4b"  # the bound model's entry, not the first
+    assert info.n_ctx == 8192  # from /props: the router's list has no meta before loading
     assert seen[-1][2] == {"content": "hi", "add_special": False}  # the root names none
     assert root.model is None
+
+
+def test_a_relay_to_a_router_names_the_resolved_model():
+    import orjson
+
+    from proxy.routes.common import routed
+
+    class Bound:
+        upstream_model = "qwen3-4b"
+
+    class Single:
+        upstream_model = None
+
+    raw = b'{"model": "jev-latest", "query": "q"}'
+    body = orjson.loads(raw)
+    assert orjson.loads(routed(raw, body, Bound())) == {"model": "qwen3-4b", "query": "q"}
+    assert routed(raw, body, Single()) is raw  # one model: the bytes as they came
+    same = b'{"model": "qwen3-4b"}'
+    assert routed(same, orjson.loads(same), Bound()) is same
+
+
+@pytest.mark.parametrize(("status", "router"), [(500, False), (404, False), (401, False)])
+async def test_a_props_that_fails_means_one_model(status, router):
+    async def props(request: web.Request) -> web.Response:
+        return web.json_response({"error": "no"}, status=status)
+
+    app = web.Application()
+    app.router.add_get("/props", props)
+    async with TestServer(app) as server:
+        upstream = Upstream(Settings(upstream_url=str(server.make_url("")).rstrip("/")))
+        try:
+            assert await upstream.is_router() is router
+        finally:
+            await upstream.close()
+
+
+@pytest.mark.parametrize(("status", "found"), [(200, True), (501, False), (404, False),
+                                                (500, None), (400, None)])
+async def test_only_a_clear_answer_says_whether_llama_server_reranks(status, found):
+    async def rerank(request: web.Request) -> web.Response:
+        return web.json_response({}, status=status)
+
+    app = web.Application()
+    app.router.add_post("/v1/rerank", rerank)
+    async with TestServer(app) as server:
+        upstream = Upstream(Settings(upstream_url=str(server.make_url("")).rstrip("/")))
+        try:
+            assert await upstream.reranks() is found
+        finally:
+            await upstream.close()
