@@ -11,8 +11,9 @@ line, of any of the three shapes (chat with ``semif``); the answer is
 ``application/jsonlines`` in the same order, one line per input line, a failed line
 answering ``{"error": {status, message, type, param, code[, detail]}}`` (a blank line
 too, so the answer has as many lines as the body). The body limit bounds the lines
-(Batch Transform fills a payload up to MaxPayloadInMB, whatever the count); they are read as many at a time as llama-server has slots, each admitted like a request of
-its own, and counted under the request kind "batch" (not in the decision latency).
+(Batch Transform fills a payload up to MaxPayloadInMB, whatever the count); they are
+read as many at a time as llama-server has slots, each admitted like a request of its
+own, and counted under the request kind "batch" (not in the decision latency).
 The payload as a whole has ``PROXY_INVOCATIONS_TIMEOUT`` (the transform job's
 ``InvocationsTimeoutInSeconds``): a line not answered by then gets a 504 record, so the
 answer arrives before SageMaker gives up on the call and retries all of it.
