@@ -46,6 +46,7 @@ __all__ = ["JSONLINES", "invocations", "execution_parameters", "body_shape",
 
 JSONLINES = frozenset({"application/jsonlines", "application/jsonl", "application/x-jsonlines"})
 _MIB = 1024 * 1024
+_PAYLOAD_MB = 1  # advertised payload size: python -m deploy transform's default too
 # the payload's lines are answered within this share of PROXY_INVOCATIONS_TIMEOUT: the
 # rest is left for sending the answer before SageMaker gives up on the call
 _PAYLOAD_HEADROOM = 0.95
@@ -80,11 +81,13 @@ def body_shape(body: dict[str, Any]) -> str:
 
 
 async def execution_parameters(request: web.Request) -> web.Response:
-    """What SageMaker Batch Transform should send: one payload at a time per instance (each
-    is read over every llama-server slot), many records per payload, up to the body limit."""
+    """What SageMaker Batch Transform should send when the job does not say: one payload at
+    a time per instance (each is read over every llama-server slot), many records per
+    payload, 1 MB of them (every line must be answered within the invocation timeout: a
+    few thousand lines at a small model's CPU speed), never more than the body limit."""
     limit = request.app[SETTINGS].max_body_bytes
     return web.json_response({"MaxConcurrentTransforms": 1, "BatchStrategy": "MULTI_RECORD",
-                              "MaxPayloadInMB": max(1, limit // _MIB)})
+                              "MaxPayloadInMB": max(1, min(_PAYLOAD_MB, limit // _MIB))})
 
 
 async def _jsonlines(request: web.Request) -> web.Response:

@@ -40,7 +40,7 @@ def test_every_line_is_answered_in_order(proxy_url):
 def test_execution_parameters_advertise_multi_record_payloads(proxy_url):
     params = httpx.get(proxy_url + "/execution-parameters").json()
     assert params == {"MaxConcurrentTransforms": 1, "BatchStrategy": "MULTI_RECORD",
-                      "MaxPayloadInMB": 6}
+                      "MaxPayloadInMB": 1}
 
 
 def test_a_payload_over_the_limit_is_a_413(proxy_url):
