@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DataError", "Item", "parse_item", "load_items", "data_sha256"]
+__all__ = ["DataError", "Item", "parse_item", "records", "load_items", "data_sha256"]
 
 
 class DataError(ValueError):
@@ -82,23 +83,25 @@ def parse_item(data: Any, source: str = "<item>") -> Item:
         raise DataError(f"{source}: {exc}") from exc
 
 
-def load_items(paths: Iterable[Path | str], limit: int | None = None) -> list[Item]:
-    """Items of all files in order; ``limit`` keeps the first N."""
-    items: list[Item] = []
+def records(paths: Iterable[Path | str]) -> Iterator[tuple[str, Any]]:
+    """("file:line", parsed JSON) for every line of the files in order; blank lines and
+    ``#`` comments skipped, a line that is not JSON refused with its place."""
     for path in paths:
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
-                if limit is not None and len(items) >= limit:
-                    return items
                 if not line.strip() or line.lstrip().startswith("#"):
                     continue
                 source = f"{path}:{number}"
                 try:
-                    data = json.loads(line)
+                    yield source, json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise DataError(f"{source}: not JSON: {exc}") from exc
-                items.append(parse_item(data, source))
-    return items
+
+
+def load_items(paths: Iterable[Path | str], limit: int | None = None) -> list[Item]:
+    """Items of all files in order; ``limit`` keeps the first N."""
+    return [parse_item(data, source)
+            for source, data in islice(records(paths), limit)]
 
 
 def data_sha256(paths: Iterable[Path | str]) -> str:

@@ -16,15 +16,15 @@ reranker asks; apply it with ``"x_calibration": NAME`` on ``/v1/rerank``.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .dataset import DataError
+from .dataset import DataError, records
 from .fit import fit_platt
 from .metrics import expected_calibration_error
 from .transform import platt_scale
@@ -66,19 +66,7 @@ def _item(data: Any, source: str) -> RerankItem:
 
 
 def load_rerank_items(paths: Iterable[Path | str], limit: int | None = None) -> list[RerankItem]:
-    items: list[RerankItem] = []
-    for path in paths:
-        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            source = f"{path}:{n}"
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{source}: not JSON: {exc}") from exc
-            items.append(_item(data, source))
-            if limit is not None and len(items) >= limit:
-                return items
+    items = [_item(data, source) for source, data in islice(records(paths), limit)]
     if not items:
         raise DataError("no rerank lines in the data")
     return items

@@ -3,6 +3,8 @@ answer, and what the upstream client sends for a router's model (proxy/upstream.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -163,32 +165,30 @@ def test_a_relay_to_a_router_names_the_resolved_model():
     assert routed(same, orjson.loads(same), Bound()) is same
 
 
-@pytest.mark.parametrize(("status", "router"), [(500, False), (404, False), (401, False)])
-async def test_a_props_that_fails_means_one_model(status, router):
-    async def props(request: web.Request) -> web.Response:
-        return web.json_response({"error": "no"}, status=status)
+@contextlib.asynccontextmanager
+async def answering(method: str, path: str, status: int):
+    """An Upstream whose llama-server answers ``method path`` with ``status`` and ``{}``."""
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({}, status=status)
 
     app = web.Application()
-    app.router.add_get("/props", props)
+    app.router.add_route(method, path, handler)
     async with TestServer(app) as server:
         upstream = Upstream(Settings(upstream_url=str(server.make_url("")).rstrip("/")))
         try:
-            assert await upstream.is_router() is router
+            yield upstream
         finally:
             await upstream.close()
+
+
+@pytest.mark.parametrize(("status", "router"), [(500, False), (404, False), (401, False)])
+async def test_a_props_that_fails_means_one_model(status, router):
+    async with answering("GET", "/props", status) as upstream:
+        assert await upstream.is_router() is router
 
 
 @pytest.mark.parametrize(("status", "found"), [(200, True), (501, False), (404, False),
                                                 (500, None), (400, None)])
 async def test_only_a_clear_answer_says_whether_llama_server_reranks(status, found):
-    async def rerank(request: web.Request) -> web.Response:
-        return web.json_response({}, status=status)
-
-    app = web.Application()
-    app.router.add_post("/v1/rerank", rerank)
-    async with TestServer(app) as server:
-        upstream = Upstream(Settings(upstream_url=str(server.make_url("")).rstrip("/")))
-        try:
-            assert await upstream.reranks() is found
-        finally:
-            await upstream.close()
+    async with answering("POST", "/v1/rerank", status) as upstream:
+        assert await upstream.reranks() is found
