@@ -2,15 +2,24 @@
 beside a bare aiohttp relay doing the same hop, against the zero-latency stand-in
 upstream (tests/standin.py, its own process), in interleaved rounds of one run.
 
-    .venv/bin/python bench/cpu.py [--rounds 6] [--requests 3000] [--concurrency 8]
+    .venv/bin/python bench/cpu.py [--rounds 10] [--requests 2000] [--concurrency 8]
 
 The proxy (one worker, then ``--workers 2``) and the relay each run pinned to core 0;
-the stand-in and this load generator share core 1, so what is measured on core 0 is
+the stand-ins and this load generator share core 1, so what is measured on core 0 is
 the hop alone. The relay (bench/_relay.py) reads the body, sends the proxy's exact
 upstream read with the same aiohttp client settings and parses the answer: the cost
-of any Python hop here. Prints µs per decision for each target, the ratios, and for
-two workers how the decisions were shared. Targets (issue 14): proxy <= 1.3x the
-relay; two workers' summed CPU within 10% of one worker's.
+of any Python hop here. The stand-in has as many slots as there are requests in
+flight, so no decision waits for one (the relay never waits); ``queued`` is the proxy
+against a stand-in with 2 slots, where the rest wait in the proxy for a slot, as they
+do when more decisions arrive than llama-server has slots. ``relays`` is two relays
+on core 0, each sent half the requests and half the concurrency (the share the two
+workers get from SO_REUSEPORT when it spreads the connections evenly): what two
+processes taking turns on one core cost a bare hop.
+
+Prints µs per decision for each target and the ratios, each the median of the rounds'
+own ratios (the targets of a round run seconds apart, so a drift in the machine's
+speed cancels), and how the decisions were shared. Targets (issue 14): proxy <= 1.3x
+the relay; two workers' summed CPU within 10% of one worker's.
 """
 
 from __future__ import annotations
@@ -64,20 +73,24 @@ def started(command: list[str], core: int, ready: str) -> Iterator[subprocess.Po
             proc.wait(30)
 
 
-async def rounds(targets: dict[str, tuple[str, bytes, int]], n_rounds: int, requests: int,
-                 concurrency: int) -> dict[str, list[float]]:
-    """Each target's CPU seconds per decision, one figure per round; the order rotates."""
+async def rounds(targets: dict[str, tuple[list[str], bytes, list[int]]], n_rounds: int,
+                 requests: int, concurrency: int) -> dict[str, list[float]]:
+    """Each target's CPU seconds per decision (summed over its processes), one figure per
+    round; the order rotates. A target with several URLs gets an equal share of the
+    requests and of the concurrency at each."""
     out: dict[str, list[float]] = {name: [] for name in targets}
     names = list(targets)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
-        for url, body, _ in targets.values():
-            await run_batch(s, url, body, 50, concurrency)
+        for urls, body, _ in targets.values():
+            for url in urls:
+                await run_batch(s, url, body, 50, concurrency)
         for i in range(n_rounds):
             for name in names[i % len(names):] + names[:i % len(names)]:
-                url, body, pid = targets[name]
-                before = cpu_s(pid)
-                await run_batch(s, url, body, requests, concurrency)
-                out[name].append((cpu_s(pid) - before) / requests)
+                urls, body, pids = targets[name]
+                before = sum(map(cpu_s, pids))
+                await asyncio.gather(*(run_batch(s, url, body, requests // len(urls),
+                                                 concurrency // len(urls)) for url in urls))
+                out[name].append((sum(map(cpu_s, pids)) - before) / requests)
     return out
 
 
@@ -89,42 +102,51 @@ async def labels(url: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--requests", type=int, default=3000, help="per round and target")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--requests", type=int, default=2000, help="per round and target")
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         sys.exit("bench/cpu.py needs two cores: the hop on one, the load on the other")
     os.sched_setaffinity(0, {1})
     py = sys.executable
-    standin_port = free_port()
-    standin = f"http://127.0.0.1:{standin_port}"
-    ports = {name: free_port() for name in ("proxy", "workers", "relay")}
+    standins = {slots: free_port() for slots in (args.concurrency, 2)}
+    upstream = {slots: f"http://127.0.0.1:{port}" for slots, port in standins.items()}
+    ports = {name: free_port() for name in ("proxy", "queued", "workers", "relay", "relays",
+                                            "relays2")}
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    pid: dict[str, int] = {}
+    pids: dict[str, list[int]] = {}
     with contextlib.ExitStack() as stack:
-        stack.enter_context(started([py, "-m", "tests.standin", str(standin_port), "--tokens"],
-                                    1, standin + "/health"))
-        for name, extra in (("proxy", []), ("workers", ["--workers", "2"])):
-            pid[name] = stack.enter_context(started(
-                [py, "-m", "proxy", "--port", str(ports[name]), "--upstream-url", standin, *extra],
-                0, url[name] + "/metrics")).pid
+        for slots, port in standins.items():
+            stack.enter_context(started([py, "-m", "tests.standin", str(port), "--tokens",
+                                         "--slots", str(slots)], 1, upstream[slots] + "/health"))
+        for name, slots, extra in (("proxy", args.concurrency, []), ("queued", 2, []),
+                                   ("workers", args.concurrency, ["--workers", "2"])):
+            pids[name] = [stack.enter_context(started(
+                [py, "-m", "proxy", "--port", str(ports[name]), "--upstream-url",
+                 upstream[slots], *extra], 0, url[name] + "/metrics")).pid]
         body_file = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".json"))
-        body_file.write(completion_body(standin, asyncio.run(labels(url["proxy"]))))
+        body_file.write(completion_body(upstream[2], asyncio.run(labels(url["proxy"]))))
         body_file.flush()
-        pid["relay"] = stack.enter_context(started(
-            [py, str(ROOT / "bench" / "_relay.py"), standin, str(ports["relay"]), body_file.name],
-            0, url["relay"] + "/health")).pid
-        workers = children(pid["workers"])
-        before = {worker: cpu_s(worker) for worker in workers}
-        targets = {"proxy": (url["proxy"] + PATH, PROXY_BODY, pid["proxy"]),
-                   "workers": (url["workers"] + PATH, PROXY_BODY, pid["workers"]),
-                   "relay": (url["relay"] + PATH, b"{}", pid["relay"])}
+        relay = [py, str(ROOT / "bench" / "_relay.py"), upstream[args.concurrency]]
+        pids["relay"] = [stack.enter_context(started(
+            [*relay, str(ports["relay"]), body_file.name], 0, url["relay"] + "/health")).pid]
+        pids["relays"] = [stack.enter_context(started(
+            [*relay, str(ports[name]), body_file.name], 0, url[name] + "/health")).pid
+            for name in ("relays", "relays2")]
+        workers = children(pids["workers"][0])
+        shared = {"workers": workers, "relays": pids["relays"]}
+        before = {pid: cpu_s(pid) for pid in workers + pids["relays"]}
+        targets = {name: ([url[name] + PATH], b"{}" if name == "relay" else PROXY_BODY,
+                          pids[name]) for name in ("proxy", "queued", "workers", "relay")}
+        targets["relays"] = ([url["relays"] + PATH, url["relays2"] + PATH], b"{}",
+                             pids["relays"])
         measured = asyncio.run(rounds(targets, args.rounds, args.requests, args.concurrency))
-        shares = [cpu_s(worker) - before[worker] for worker in workers]
+        shares = {name: [cpu_s(pid) - before[pid] for pid in group]
+                  for name, group in shared.items()}
     print(describe())
     print(f"{args.rounds} rounds x {args.requests} decisions per target, concurrency "
-          f"{args.concurrency}; hop pinned to core 0, stand-in and load on core 1; "
+          f"{args.concurrency}; hop pinned to core 0, stand-ins and load on core 1; "
           f"CPU from /proc (tick {TICK_S * 1e3:g} ms)")
     print(f"  {'':10}{'µs/decision':>14}{'lowest':>10}{'highest':>10}")
     med = {}
@@ -132,15 +154,24 @@ def main() -> None:
         med[name] = statistics.median(values)
         print(f"  {name:10}{med[name] * 1e6:14.0f}{min(values) * 1e6:10.0f}"
               f"{max(values) * 1e6:10.0f}")
-    ratio = [p / r for p, r in zip(measured["proxy"], measured["relay"])]
-    print(f"  proxy/relay   {med['proxy'] / med['relay']:.3f}  (per round "
-          f"{min(ratio):.3f}-{max(ratio):.3f}; target <= 1.3)")
-    both = [w / p for w, p in zip(measured["workers"], measured["proxy"])]
-    print(f"  workers/proxy {med['workers'] / med['proxy']:.3f}  (per round "
-          f"{min(both):.3f}-{max(both):.3f}; target <= 1.10)")
-    total = sum(shares) or 1.0
-    print("  two workers' shares of the CPU: "
-          + ", ".join(f"{s / total:.0%}" for s in shares))
+
+    def ratio(a: str, b: str, label: str) -> float:
+        per_round = [x / y for x, y in zip(measured[a], measured[b])]
+        middle = statistics.median(per_round)
+        print(f"  {a + '/' + b:15}{middle:7.3f}  (per round {min(per_round):.3f}-"
+              f"{max(per_round):.3f}){label}")
+        return middle
+
+    ratio("proxy", "relay", "; target <= 1.3")
+    ratio("queued", "proxy", f"; {args.concurrency - 2} of {args.concurrency} waiting for "
+          "one of 2 slots")
+    workers_ratio = ratio("workers", "proxy", "; target <= 1.10")
+    relays_ratio = ratio("relays", "relay", "; two bare relays taking turns on one core")
+    print(f"  workers/proxy over relays/relay: {workers_ratio / relays_ratio:.3f}  (what two "
+          "workers cost beyond two processes on one core)")
+    for name, group in shares.items():
+        total = sum(group) or 1.0
+        print(f"  {name}' shares of the CPU: " + ", ".join(f"{s / total:.0%}" for s in group))
 
 
 if __name__ == "__main__":

@@ -147,13 +147,21 @@ class StandIn:
         return web.json_response(_GOOD)
 
 
-if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens]: serve until killed
+if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens] [--slots N]: until killed
+    import argparse
     import signal
-    import sys
 
-    standin = StandIn(tokens="--tokens" in sys.argv)
-    if len(sys.argv) > 1 and sys.argv[1].isdigit():
-        standin.port = int(sys.argv[1])
+    parser = argparse.ArgumentParser(prog="python -m tests.standin")
+    parser.add_argument("port", type=int, nargs="?")
+    parser.add_argument("--tokens", action="store_true", help="answer /completion (see StandIn)")
+    parser.add_argument("--slots", type=int, default=2, help="total_slots /props reports")
+    args = parser.parse_args()
+    standin = StandIn(tokens=args.tokens)
+    standin.total_slots = args.slots
+    if args.port is not None:
+        standin.port = args.port
         standin.url = f"http://127.0.0.1:{standin.port}"
+    stopping = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stopping)  # held for sigwait, in every thread
     with standin:
-        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+        signal.sigwait(stopping)

@@ -1,0 +1,45 @@
+"""``python -m tests.standin``, the stand-in bench/cpu.py runs in its own process: the
+port, ``--tokens`` and ``--slots`` it is started with are the ones it serves."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from scripts.stack import stop, wait_ready
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_standin_serves_the_slots_and_reads_it_is_started_with():
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.standin", str(port), "--tokens",
+                             "--slots", "8"], cwd=ROOT)
+    try:
+        wait_ready(url + "/health", proc, timeout_s=30)
+        assert httpx.get(url + "/props").json() == {"total_slots": 8}
+        # --tokens: /completion answers with a simulated slot cache, the second time cached
+        body = {"prompt": [5, 6, 7], "id_slot": 3, "n_probs": 4}
+        first = httpx.post(url + "/completion", json=body).json()
+        again = httpx.post(url + "/completion", json=body).json()
+        assert first["timings"] == {"cache_n": 0, "prompt_n": 3}
+        assert again["timings"] == {"cache_n": 2, "prompt_n": 1}
+        assert len(again["completion_probabilities"][0]["top_logprobs"]) == 26
+    finally:
+        stop(proc)
+    assert proc.returncode == 0  # SIGTERM: a clean exit
+
+
+def test_standin_defaults_to_two_slots():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.standin", str(port)], cwd=ROOT)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=30)
+        assert httpx.get(f"http://127.0.0.1:{port}/props").json() == {"total_slots": 2}
+    finally:
+        stop(proc)
