@@ -4,22 +4,25 @@ upstream (tests/standin.py, its own process), in interleaved rounds of one run.
 
     .venv/bin/python bench/cpu.py [--rounds 10] [--requests 2000] [--concurrency 8]
 
-The proxy (one worker, then ``--workers 2``) and the relay each run pinned to core 0;
-the stand-ins and this load generator share core 1, so what is measured on core 0 is
-the hop alone. The relay (bench/_relay.py) reads the body, sends the proxy's exact
-upstream read with the same aiohttp client settings and parses the answer: the cost
-of any Python hop here. The stand-in has as many slots as there are requests in
-flight, so no decision waits for one (the relay never waits); ``queued`` is the proxy
-against a stand-in with 2 slots, where the rest wait in the proxy for a slot, as they
-do when more decisions arrive than llama-server has slots. ``relays`` is two relays
-on core 0, each sent half the requests and half the concurrency (the share the two
-workers get from SO_REUSEPORT when it spreads the connections evenly): what two
-processes taking turns on one core cost a bare hop.
+The proxies (one process, ``queued``, ``--workers 2``) and the relays run pinned to
+core 0; the stand-ins and this load generator share core 1, so what is measured on
+core 0 is the hop alone. The relay (bench/_relay.py) reads the body, sends the proxy's
+exact upstream read with the same aiohttp client settings and parses the answer: the
+cost of any Python hop here.
+
+The stand-in has as many slots as there are requests in flight, so no decision waits
+for one, as the relay never waits (the two workers lease half the slots each, so a few
+of theirs wait when SO_REUSEPORT spreads the connections unevenly). ``queued`` is the
+proxy against a stand-in with 2 slots, where the rest wait in the proxy for a slot, as
+they do when more decisions arrive than llama-server has slots. ``relays`` is two
+relays on core 0, each sent half the requests and half the concurrency (the share the
+two workers get when the connections spread evenly): what two processes taking turns
+on one core cost a bare hop.
 
 Prints µs per decision for each target and the ratios, each the median of the rounds'
 own ratios (the targets of a round run seconds apart, so a drift in the machine's
-speed cancels), and how the decisions were shared. Targets (issue 14): proxy <= 1.3x
-the relay; two workers' summed CPU within 10% of one worker's.
+speed cancels), and each worker's and relay's share of the CPU. Targets (issue 14):
+proxy <= 1.3x the relay; two workers' summed CPU within 10% of one worker's.
 """
 
 from __future__ import annotations
@@ -87,10 +90,11 @@ async def rounds(targets: dict[str, tuple[list[str], bytes, list[int]]], n_round
         for i in range(n_rounds):
             for name in names[i % len(names):] + names[:i % len(names)]:
                 urls, body, pids = targets[name]
+                share = requests // len(urls)
                 before = sum(map(cpu_s, pids))
-                await asyncio.gather(*(run_batch(s, url, body, requests // len(urls),
-                                                 concurrency // len(urls)) for url in urls))
-                out[name].append((sum(map(cpu_s, pids)) - before) / requests)
+                await asyncio.gather(*(run_batch(s, url, body, share, concurrency // len(urls))
+                                       for url in urls))
+                out[name].append((sum(map(cpu_s, pids)) - before) / (share * len(urls)))
     return out
 
 
@@ -106,6 +110,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="per round and target")
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
+    if args.concurrency < 4 or args.concurrency % 2:
+        parser.error("--concurrency must be even and at least 4: the two relays each get half, "
+                     "and the queued case has 2 slots")
     if len(os.sched_getaffinity(0)) < 2:
         sys.exit("bench/cpu.py needs two cores: the hop on one, the load on the other")
     os.sched_setaffinity(0, {1})
@@ -126,7 +133,8 @@ def main() -> None:
                 [py, "-m", "proxy", "--port", str(ports[name]), "--upstream-url",
                  upstream[slots], *extra], 0, url[name] + "/metrics")).pid]
         body_file = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".json"))
-        body_file.write(completion_body(upstream[2], asyncio.run(labels(url["proxy"]))))
+        body_file.write(completion_body(upstream[args.concurrency],
+                                        asyncio.run(labels(url["proxy"]))))
         body_file.flush()
         relay = [py, str(ROOT / "bench" / "_relay.py"), upstream[args.concurrency]]
         pids["relay"] = [stack.enter_context(started(

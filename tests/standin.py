@@ -45,11 +45,13 @@ class StandIn:
         self.hits_chat = 0  # chat completions received
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
+        self._failed: BaseException | None = None  # why it could not start serving
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
     def __enter__(self) -> StandIn:
         self._thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(10) or self._failed is not None:
+            raise RuntimeError(f"the stand-in did not start on {self.url}") from self._failed
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -68,8 +70,13 @@ class StandIn:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/completion", self._completion)
         runner = web.AppRunner(app, handler_cancellation=True)
-        self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        try:
+            self._loop.run_until_complete(runner.setup())
+            self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        except BaseException as exc:  # a port in use, say: __enter__ raises it
+            self._failed = exc
+            self._ready.set()
+            return
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(runner.cleanup())
@@ -153,7 +160,9 @@ if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens] [--slots
 
     parser = argparse.ArgumentParser(prog="python -m tests.standin")
     parser.add_argument("port", type=int, nargs="?")
-    parser.add_argument("--tokens", action="store_true", help="answer /completion (see StandIn)")
+    parser.add_argument("--tokens", action="store_true",
+                        help="tokenise text one token per character: the proxy then reads "
+                             "through /completion (see StandIn)")
     parser.add_argument("--slots", type=int, default=2, help="total_slots /props reports")
     args = parser.parse_args()
     standin = StandIn(tokens=args.tokens)

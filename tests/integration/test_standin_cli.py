@@ -1,8 +1,10 @@
 """``python -m tests.standin``, the stand-in bench/cpu.py runs in its own process: the
-port, ``--tokens`` and ``--slots`` it is started with are the ones it serves."""
+port, ``--tokens`` and ``--slots`` it is started with are the ones it serves, and a port
+it cannot have ends it at once with the reason."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +25,8 @@ def test_standin_serves_the_slots_and_reads_it_is_started_with():
     try:
         wait_ready(url + "/health", proc, timeout_s=30)
         assert httpx.get(url + "/props").json() == {"total_slots": 8}
+        # --tokens: any text one token per character
+        assert httpx.post(url + "/tokenize", json={"content": "ab"}).json() == {"tokens": [97, 98]}
         # --tokens: /completion answers with a simulated slot cache, the second time cached
         body = {"prompt": [5, 6, 7], "id_slot": 3, "n_probs": 4}
         first = httpx.post(url + "/completion", json=body).json()
@@ -41,5 +45,18 @@ def test_standin_defaults_to_two_slots():
     try:
         wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=30)
         assert httpx.get(f"http://127.0.0.1:{port}/props").json() == {"total_slots": 2}
+        tokens = httpx.post(f"http://127.0.0.1:{port}/tokenize", json={"content": "ab"}).json()
+        assert tokens == {"tokens": [0, 0, 0]}  # without --tokens: the proxy reads through chat
     finally:
         stop(proc)
+
+
+def test_standin_on_a_port_in_use_exits_with_the_reason():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "tests.standin", str(port)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert f"the stand-in did not start on http://127.0.0.1:{port}" in done.stderr
