@@ -51,6 +51,9 @@ class StandIn:
     def __enter__(self) -> StandIn:
         self._thread.start()
         if not self._ready.wait(10) or self._failed is not None:
+            if self._failed is not None:  # its thread has ended: nothing runs the loop
+                self._thread.join(10)
+                self._loop.close()
             raise RuntimeError(f"the stand-in did not start on {self.url}") from self._failed
         return self
 
