@@ -19,7 +19,7 @@ from scripts.probe import free_port  # noqa: E402
 from scripts.stack import start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
 __all__ = ["free_port", "model_path", "llama_server", "llama_server_process", "proxy",
-           "proxy_process", "bare_relay", "pin", "ROOT"]
+           "proxy_process", "bare_relay", "standin_process", "pin", "ROOT"]
 
 
 @contextlib.contextmanager
@@ -84,6 +84,17 @@ def bare_relay(upstream_url: str, body: bytes) -> Iterator[tuple[str, subprocess
                 [*command, str(port), f.name], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True), timeout_s=30) as served:
             yield served
+
+
+@contextlib.contextmanager
+def standin_process(slots: int = 8) -> Iterator[tuple[str, subprocess.Popen]]:
+    """tests/standin.py in its own process: llama-server's API answered at once, no model,
+    with ``slots`` slots."""
+    command = [sys.executable, "-m", "tests.standin"]
+    with _serving(lambda port, log: subprocess.Popen(
+            [*command, str(port), "--tokens", "--slots", str(slots)], cwd=ROOT, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True), timeout_s=30) as served:
+        yield served
 
 
 @contextlib.contextmanager

@@ -2,11 +2,16 @@
 straight to llama-server, interleaved in one run, at concurrency 1 and 8.
 
     .venv/bin/python bench/overhead.py [--starts 3] [--requests 1800] [--rounds 12] [--pause-ms 0]
-                                       [--pin]
+                                       [--pin] [--standin]
 
 ``--pin``: llama-server on core 1 (with ``-t 1 -tb 1``: two threads on one core
 spin-wait on each other), everything else (proxy, relay, this client) on core 0,
 so the hop and the model do not share a core.
+
+``--standin``: the zero-latency stand-in (tests/standin.py, 8 slots) instead of
+llama-server: the hop's cost with no model beside it. With ``--pause-ms`` (say 15, a
+read's time here) it shows what the hop costs when it runs after the machine has
+idled, as every read at concurrency 1 does while llama-server computes.
 
 Prints p50/p99 latency and throughput for each target and the ratios to direct,
 each ratio with a 95% interval for the noise between rounds and the range over
@@ -44,7 +49,7 @@ import httpx
 import orjson
 import os
 
-from _servers import bare_relay, llama_server_process, pin, proxy_process
+from _servers import bare_relay, llama_server_process, pin, proxy_process, standin_process
 
 from proxy.config import Settings
 from proxy.decision.labels import gbnf_alternatives
@@ -203,29 +208,37 @@ def main() -> None:
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     parser.add_argument("--pin", action="store_true",
                         help="llama-server on core 1, the proxy, relay and client on core 0")
+    parser.add_argument("--standin", action="store_true",
+                        help="the zero-latency stand-in upstream instead of llama-server")
     parser.add_argument("--pause-ms", type=float, default=0.0,
                         help="each client's idle time before each request (default: none; "
                         "the event loop's timers round it up to whole milliseconds)")
     args = parser.parse_args()
+    if args.standin and args.llama_args:
+        parser.error("--llama-args: the stand-in is not llama-server")
     results: dict[int, dict[str, list]] = {1: {}, 8: {}}
     for _ in range(args.starts):
         for concurrency, rounds in once(args.llama_args.split(), args.requests // args.starts,
-                                        args.rounds, args.pause_ms / 1e3, args.pin).items():
+                                        args.rounds, args.pause_ms / 1e3, args.pin,
+                                        args.standin).items():
             for name, measured in rounds.items():
                 results[concurrency].setdefault(name, []).extend(measured)
     print(f"{args.starts} starts x {args.rounds} rounds, "
           f"{args.pause_ms:g} ms pause before each request"
-          + ("; llama-server pinned to core 1, the rest to core 0" if args.pin else ""))
+          + (f"; {'the stand-in' if args.standin else 'llama-server'} pinned to core 1, the rest "
+             "to core 0" if args.pin else "")
+          + ("; upstream: the zero-latency stand-in, no model" if args.standin else ""))
     for concurrency, rounds in results.items():
         report(concurrency, rounds, args.starts)
 
 
-def once(llama_args: list[str], requests: int, rounds: int, pause_s: float, pinned: bool = False
-         ) -> dict[int, dict[str, list]]:
+def once(llama_args: list[str], requests: int, rounds: int, pause_s: float, pinned: bool = False,
+         standin: bool = False) -> dict[int, dict[str, list]]:
     """Every target's rounds at concurrency 1 and 8, on servers started for this."""
     if pinned:
         llama_args = [*llama_args, "-t", "1", "-tb", "1"]
-    with llama_server_process(extra=llama_args) as (llama_url, llama), \
+    upstream = standin_process() if standin else llama_server_process(extra=llama_args)
+    with upstream as (llama_url, llama), \
             proxy_process(llama_url) as (proxy_url, hop):
         labels = asyncio.run(decision_labels(proxy_url))
         direct = completion_body(llama_url, labels)
