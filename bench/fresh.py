@@ -31,13 +31,8 @@ import aiohttp
 import orjson
 from _machine import describe
 from _servers import ROOT, llama_server_process, proxy_process
-from overhead import OPTIONS, PATH, decision_labels, rotated
+from overhead import OPTIONS, PATH, decision_labels, direct_body, rotated
 
-from proxy.config import Settings
-from proxy.decision.labels import gbnf_alternatives
-from proxy.decision.prompt import append_to_conversation, options_block
-from proxy.decision.question import choice_question
-from proxy.service import read_widths
 
 TICKETS = [json.loads(line)["state"]
            for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()]
@@ -53,21 +48,9 @@ def proxy_body(number: int, ticket: str) -> bytes:
 
 
 def chat_body(labels: list[str]):
-    """The chat-endpoint read the proxy's decision stands for (the bench/overhead.py
-    ``chat`` target's body, for one conversation)."""
-    question = choice_question(OPTIONS)
-    block = options_block(question, labels)
-    width = read_widths(Settings().n_probs, len(labels), None)[0]
-    grammar = gbnf_alternatives(labels)
-
-    def body(number: int, ticket: str) -> bytes:
-        return orjson.dumps({
-            "messages": append_to_conversation(conversation(number, ticket), block),
-            "max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": width,
-            "grammar": grammar, "cache_prompt": True,
-            "chat_template_kwargs": {"enable_thinking": False},
-        })
-    return body
+    """The chat-endpoint read the proxy's decision stands for: bench/overhead.py's
+    ``chat`` target, about one conversation."""
+    return lambda number, ticket: direct_body(labels, conversation(number, ticket))
 
 
 async def send_all(session: aiohttp.ClientSession, url: str, bodies: list[bytes],

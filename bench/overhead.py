@@ -84,11 +84,11 @@ def completion_body(llama_url: str, labels: list[str]) -> bytes:
     })
 
 
-def direct_body(labels: list[str]) -> bytes:
-    """Exactly the one-token read the proxy sends for this decision."""
+def direct_body(labels: list[str], messages: list[dict] = MESSAGES) -> bytes:
+    """Exactly the one-token read the proxy sends for this decision (about ``messages``)."""
     question = choice_question(OPTIONS)
     return orjson.dumps({
-        "messages": append_to_conversation(MESSAGES, options_block(question, labels)),
+        "messages": append_to_conversation(messages, options_block(question, labels)),
         "max_tokens": 1, "temperature": 0, "logprobs": True,
         "top_logprobs": read_widths(Settings().n_probs, len(labels), None)[0],
         "grammar": gbnf_alternatives(labels), "cache_prompt": True,
