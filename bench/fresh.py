@@ -7,8 +7,8 @@ llama-server's chat endpoint, interleaved in one run, at concurrency 1 and 8.
 bench/overhead.py measures a replay: one prompt sent again and again, which the
 slot's cache serves. Here every request is a new conversation (each ticket of
 tests/data/tickets.jsonl, numbered afresh each time it is sent, so no two requests
-share more than the chat template's opening), which is what most decision traffic
-is. The chat endpoint reuses whatever prefix the slot it picks holds; the proxy
+share more than the chat template's opening and the first digits of that number),
+which is what most decision traffic is. The chat endpoint reuses whatever prefix the slot it picks holds; the proxy
 evaluates the conversation cold from the first token and the question in chunks,
 so that the answer does not depend on what came before (docs/repeatability.md):
 this prints what that costs.
@@ -32,7 +32,6 @@ import orjson
 from _machine import describe
 from _servers import ROOT, llama_server_process, proxy_process
 from overhead import OPTIONS, PATH, decision_labels, direct_body, rotated
-
 
 TICKETS = [json.loads(line)["state"]
            for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()]
@@ -104,10 +103,10 @@ def main() -> None:
             rows[name] = (statistics.median(latencies) * 1e3,
                           len(latencies) / sum(wall for _, wall in rounds))
             print(f"  {name:8}{rows[name][0]:12.1f}{rows[name][1]:12.2f}")
+        proxy, chat = ([(statistics.median(lat), len(lat) / wall) for lat, wall in measured[name]]
+                       for name in ("proxy", "chat"))
         for k, what in ((0, "p50"), (1, "throughput")):
-            per_round = [(statistics.median(p[0]), len(p[0]) / p[1]) for p in measured["proxy"]]
-            chat = [(statistics.median(c[0]), len(c[0]) / c[1]) for c in measured["chat"]]
-            ratios = [p[k] / c[k] for p, c in zip(per_round, chat)]
+            ratios = [p[k] / c[k] for p, c in zip(proxy, chat)]
             print(f"  proxy/chat {what}: {rows['proxy'][k] / rows['chat'][k]:.3f} "
                   f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
 
