@@ -8,10 +8,10 @@ bench/overhead.py measures a replay: one prompt sent again and again, which the
 slot's cache serves. Here every request is a new conversation (each ticket of
 tests/data/tickets.jsonl, numbered afresh each time it is sent, so no two requests
 share more than the chat template's opening and the first digits of that number),
-which is what most decision traffic is. The chat endpoint reuses whatever prefix the slot it picks holds; the proxy
-evaluates the conversation cold from the first token and the question in chunks,
-so that the answer does not depend on what came before (docs/repeatability.md):
-this prints what that costs.
+which is what most decision traffic is. The chat endpoint reuses whatever prefix
+the slot it picks holds; the proxy evaluates the conversation cold from the first
+token and the question in chunks, so that the answer does not depend on what came
+before (docs/repeatability.md): this prints what that costs.
 
 Prints, per concurrency, p50 and throughput of each target over all rounds, and
 the ratio proxy/chat with the lowest and highest round's ratio; each round sends
@@ -25,17 +25,15 @@ import asyncio
 import itertools
 import json
 import statistics
-import time
 
 import aiohttp
 import orjson
 from _machine import describe
 from _servers import ROOT, llama_server_process, proxy_process
-from overhead import OPTIONS, PATH, decision_labels, direct_body, rotated
+from overhead import OPTIONS, PATH, decision_labels, direct_body, rotated, send_all
 
 TICKETS = [json.loads(line)["state"]
            for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()]
-HEADERS = {"Content-Type": "application/json"}
 
 
 def conversation(number: int, ticket: str) -> list[dict[str, str]]:
@@ -50,25 +48,6 @@ def chat_body(labels: list[str]):
     """The chat-endpoint read the proxy's decision stands for: bench/overhead.py's
     ``chat`` target, about one conversation."""
     return lambda number, ticket: direct_body(labels, conversation(number, ticket))
-
-
-async def send_all(session: aiohttp.ClientSession, url: str, bodies: list[bytes],
-                   concurrency: int) -> tuple[list[float], float]:
-    """``bodies`` sent by ``concurrency`` clients: (latencies, wall time)."""
-    latencies: list[float] = []
-    queue = iter(bodies)
-
-    async def client() -> None:
-        for body in queue:
-            started = time.perf_counter()
-            async with session.post(url, data=body, headers=HEADERS) as answer:
-                await answer.read()
-                assert answer.status == 200, answer.status
-            latencies.append(time.perf_counter() - started)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(concurrency)))
-    return latencies, time.perf_counter() - started
 
 
 async def measure(targets, rounds: int, concurrency: int, numbers) -> dict[str, list]:

@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import random
 import statistics
 import time
+from collections.abc import Iterable
 
 import aiohttp
 import httpx
@@ -97,11 +99,18 @@ def direct_body(labels: list[str], messages: list[dict] = MESSAGES) -> bytes:
 
 
 async def run_batch(session, url, body, n, concurrency, pause_s=0.0) -> tuple[list[float], float]:
+    """``body`` sent ``n`` times by ``concurrency`` clients: (latencies, wall time)."""
+    return await send_all(session, url, itertools.repeat(body, n), concurrency, pause_s)
+
+
+async def send_all(session, url, bodies: Iterable[bytes], concurrency: int, pause_s: float = 0.0
+                   ) -> tuple[list[float], float]:
+    """``bodies`` sent in turn by ``concurrency`` clients: (latencies, wall time)."""
     latencies: list[float] = []
-    queue = iter(range(n))
+    queue = iter(bodies)
 
     async def worker():
-        for _ in queue:
+        for body in queue:
             if pause_s:
                 await asyncio.sleep(pause_s)  # a client's own time between requests
             t0 = time.perf_counter()
