@@ -4,13 +4,15 @@ The candidates, in order (``LLAMA_BUILD`` names a subset or another order):
 
     tier 0  wheel      the prebuilt b10434 wheel (CPU + Vulkan): fastest where it runs,
                        no compiler needed; x86-64 only, its CPU library needs AVX-512
+                       and AVX-VNNI (outside GPU mode, a CPU without them never downloads it)
     tier 1  source     b11434 built from source with flags read from this CPU (cpu.py)
             portable   b11434 with llama.cpp's portable recipe (one CPU library per
                        instruction-set level, the AMX one removed)
     GPU=1:  wheel with ``-ngl 999`` (Vulkan), then ``cuda`` (b11434 with GGML_CUDA,
             where ``nvcc`` is installed); a GPU candidate must really offload layers
 
-A candidate runs if it loads the model and decodes a token here (``probe.py``).
+A candidate runs if it loads the model and decodes a token here (``probe.py``); one
+that ``requires`` a CPU flag this CPU lacks is passed over unfetched and untried.
 The first tier with a candidate that runs wins; within a tier, candidates that
 are already built are all probed and the fastest prompt rate is kept, but
 nothing is built just to compare: a later candidate is fetched or built only
@@ -33,10 +35,10 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from .cpu import Cpu, level, source_build
+from .cpu import Cpu, feature_names, lacking, level, source_build
 from .fetch import (CUDA_FLAGS, PORTABLE_EXCLUDED, PORTABLE_FLAGS, SOURCE_BUILD, WHEEL_BUILD,
-                    BuildError, cache_root, say, source_binary, source_present, wheel_binary,
-                    wheel_present)
+                    WHEEL_CPU_FLAGS, BuildError, cache_root, say, source_binary, source_present,
+                    wheel_binary, wheel_present)
 from .probe import Probe, probe
 
 __all__ = ["Candidate", "Choice", "NoBuildRuns", "candidates", "choose", "choice_key", "load_choice"]
@@ -53,6 +55,7 @@ class Candidate:
     present: Callable[[], Path | None]       # the binary when already in the cache
     obtain: Callable[[], Path]               # fetch or build it (BuildError when impossible)
     needs: str = ""                          # what the CPU must have, for a SIGILL message
+    requires: tuple[str, ...] = ()           # cpuinfo flags it dies without: not tried if lacking
     args: tuple[str, ...] = ()               # extra llama-server flags it runs with
     gpu: bool = False
     identity: str = ""                       # what it is built from, for the cache key
@@ -93,9 +96,13 @@ def candidates(cpu: Cpu, *, gpu: bool = False, order: Sequence[str] | None = Non
     built_for = ", ".join(f[len("-DGGML_"):-len("=ON")] for f in flags if f.endswith("=ON"))
     found: dict[str, Candidate] = {}
     if cpu.is_x86:
+        # GPU mode offloads the layers to Vulkan; whether the CPU library's faulting code
+        # is reached there is untested, so there the probe decides
+        requires = () if gpu else WHEEL_CPU_FLAGS
         found["wheel"] = Candidate(
             "wheel", WHEEL_BUILD, f"prebuilt wheel {WHEEL_BUILD} (CPU + Vulkan)", 0,
-            wheel_present, wheel_binary, needs="AVX-512", identity=f"wheel-{WHEEL_BUILD}",
+            wheel_present, wheel_binary, needs=feature_names(WHEEL_CPU_FLAGS),
+            requires=requires, identity=f"wheel-{WHEEL_BUILD}",
             args=GPU_ARGS if gpu else (), gpu=gpu)
     if gpu:
         if nvcc:
@@ -157,6 +164,12 @@ def choose(cpu: Cpu, model: Path, cands: Sequence[Candidate], *, gpu: bool = Fal
     for tier in sorted({c.tier for c in cands}):
         runners: list[tuple[Candidate, Path, Probe]] = []
         for cand in (c for c in cands if c.tier == tier):
+            if missing := lacking(cpu, cand.requires):
+                reason = (f"needs {feature_names(cand.requires)}; this CPU ({level(cpu)}) lacks "
+                          f"{feature_names(missing)}: not fetched or tried")
+                say(f"{cand.label} cannot run here: {reason}")
+                rejected.append({"candidate": cand.name, "reason": reason})
+                continue
             binary = cand.present()
             if binary is None:
                 if runners:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import platform
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Cpu", "read_cpu", "source_build", "level", "X86_FEATURES", "ARM_FEATURES"]
+__all__ = ["ARM_FEATURES", "Cpu", "X86_FEATURES", "feature_names", "lacking", "level", "read_cpu",
+           "source_build"]
 
 # The /proc/cpuinfo flags that decide which ggml kernels can run (x86-64 "flags",
 # aarch64 "Features"). The cache key holds these and a hash of the whole line:
@@ -22,6 +24,10 @@ X86_FEATURES = (
     "avx512_vbmi", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16",
 )
 ARM_FEATURES = ("asimd", "asimddp", "asimdhp", "fphp", "i8mm", "sve", "sve2", "sme")
+# How a message names a flag (the flag itself where it has no entry).
+_NAMES = {"sse4_2": "SSE4.2", "avx": "AVX", "f16c": "F16C", "fma": "FMA", "avx2": "AVX2",
+          "bmi2": "BMI2", "avx_vnni": "AVX-VNNI", "avx512f": "AVX-512",
+          "avx512_vnni": "AVX-512 VNNI", "avx512_bf16": "AVX-512 BF16", "amx_tile": "AMX"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,20 @@ def level(cpu: Cpu) -> str:
                   if flag in f]
         return "Armv8 with " + ", ".join(extras) if extras else "Armv8 (NEON only)"
     return cpu.arch
+
+
+def feature_names(flags: Iterable[str]) -> str:
+    """Flags in words, for messages: ("avx512f", "avx_vnni") -> "AVX-512 and AVX-VNNI"."""
+    names = [_NAMES.get(f, f) for f in flags]
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def lacking(cpu: Cpu, flags: Iterable[str]) -> list[str]:
+    """The ``flags`` this CPU does not have; none where its flags could not be read
+    (then only running a build tells)."""
+    if not cpu.features:
+        return []
+    return [f for f in flags if f not in cpu.features]
 
 
 _OFF = "OFF"

@@ -68,6 +68,13 @@ ARTIFACTS = {
 }
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL_BUILD = "b10434"
+# The /proc/cpuinfo flags without which the wheel's one CPU library dies with SIGILL on
+# SmolLM2, each seen on a machine here: an AMD EPYC with AVX2 only (FACTS section 1),
+# and, under gdb, an AMD EPYC with AVX-512 but no AVX-VNNI (Zen 4's flags) at
+# `{vex} vpdpbusd` in ggml_vec_dot_q4_1_q8_1. Its code holds AVX-512 VNNI, AVX-512 BF16 and AMX instructions
+# too (objdump); no SIGILL has shown those reached on a CPU with the two below (ggml
+# checks AMX at run time), so for them the probe decides.
+WHEEL_CPU_FLAGS = ("avx512f", "avx_vnni")
 SOURCE_BUILD = "b11434"
 # Every source build: only the server, no network libraries, the true build number.
 _CMAKE_BASE = [

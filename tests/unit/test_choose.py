@@ -31,7 +31,7 @@ class Fake:
         self.obtained: list[str] = []
         self.probed: list[str] = []
 
-    def candidate(self, name: str, tier: int) -> Candidate:
+    def candidate(self, name: str, tier: int, requires: tuple[str, ...] = ()) -> Candidate:
         path = self.dir / name
 
         def present() -> Path | None:
@@ -47,7 +47,8 @@ class Fake:
 
         if name in self.present:
             path.write_text("binary")
-        return Candidate(name, "b1", f"build {name}", tier, present, obtain, identity=name)
+        return Candidate(name, "b1", f"build {name}", tier, present, obtain, identity=name,
+                         requires=requires)
 
     def probe(self, binary: Path, model: Path, **_: object) -> Probe:
         self.probed.append(binary.name)
@@ -78,6 +79,40 @@ def test_a_candidate_that_dies_falls_back_to_the_next_and_says_why(tmp_path):
     assert fake.obtained == ["wheel", "source"]  # portable never built just to compare
     assert choice.rejected == [{"candidate": "wheel", "reason": died}]
     assert "not wheel: " + died in choice.summary()
+
+
+ZEN4 = Cpu("x86_64", AVX512.features | {"avx512_vnni", "avx512_bf16"}, "AMD EPYC")
+SAPPHIRE = Cpu("x86_64", ZEN4.features | {"avx_vnni", "amx_tile"}, "Intel Xeon")
+UNREAD = Cpu("x86_64", frozenset())  # /proc/cpuinfo could not be read
+
+
+@pytest.mark.parametrize(
+    ("cpu", "present", "reason"),  # reason: the part that depends on the CPU
+    [
+        (AVX2, (), "this CPU (AVX2) lacks AVX-512 and AVX-VNNI"),
+        (ZEN4, (), "this CPU (AVX-512) lacks AVX-VNNI"),
+        # a copy already in the cache is not started either: it would die with SIGILL
+        (ZEN4, ("wheel",), "this CPU (AVX-512) lacks AVX-VNNI"),
+    ],
+)
+def test_a_candidate_needing_flags_this_cpu_lacks_is_neither_fetched_nor_tried(
+        tmp_path, cpu, present, reason):
+    fake = Fake(tmp_path, {"wheel": 600.0, "source": 250.0}, present=present)
+    cands = [fake.candidate("wheel", 0, requires=("avx512f", "avx_vnni")),
+             fake.candidate("source", 1)]
+    choice = choose(cpu, MODEL, cands, probe_fn=fake.probe)
+    assert (choice.candidate, fake.obtained, fake.probed) == ("source", ["source"], ["source"])
+    assert choice.rejected == [{"candidate": "wheel", "reason": (
+        f"needs AVX-512 and AVX-VNNI; {reason}: not fetched or tried")}]
+
+
+@pytest.mark.parametrize("cpu", [SAPPHIRE, UNREAD])  # every flag there; flags unknown
+def test_a_candidate_whose_flags_are_there_or_unknown_is_tried(tmp_path, cpu):
+    fake = Fake(tmp_path, {"wheel": 600.0, "source": 250.0})
+    cands = [fake.candidate("wheel", 0, requires=("avx512f", "avx_vnni")),
+             fake.candidate("source", 1)]
+    choice = choose(cpu, MODEL, cands, probe_fn=fake.probe)
+    assert (choice.candidate, fake.probed) == ("wheel", ["wheel"])
 
 
 def test_within_a_tier_what_is_already_built_competes_on_speed(tmp_path):
@@ -174,6 +209,13 @@ def test_the_candidates_depend_on_the_machine(cpu, gpu, nvcc, names):
     cands = candidates(cpu, gpu=gpu, nvcc=nvcc)
     assert [c.name for c in cands] == names
     assert all(c.gpu == gpu and (c.args == ("-ngl", "999")) == gpu for c in cands)
+
+
+@pytest.mark.parametrize(("gpu", "requires"), [(False, ("avx512f", "avx_vnni")), (True, ())])
+def test_the_wheel_is_passed_over_by_its_flags_only_on_the_cpu(gpu, requires):
+    (wheel,) = [c for c in candidates(AVX2, gpu=gpu) if c.name == "wheel"]
+    assert wheel.requires == requires
+    assert wheel.needs == "AVX-512 and AVX-VNNI"  # what a SIGILL message says it needs
 
 
 def test_llama_build_names_the_order_and_refuses_unknown_names():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.cpu import Cpu, level, read_cpu, source_build
+from scripts.cpu import Cpu, feature_names, lacking, level, read_cpu, source_build
 
 AVX2 = {"sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"}
 AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"}
@@ -88,3 +88,29 @@ def test_x86_source_flags_switch_on_what_the_cpu_has_and_off_the_rest(features, 
 def test_arm_source_flags_name_the_architecture(features, tag, arch_flag):
     assert source_build(Cpu("aarch64", frozenset(features))) == (
         tag, ["-DGGML_NATIVE=OFF", arch_flag])
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ((), ""),
+        (("avx_vnni",), "AVX-VNNI"),
+        (("avx512f", "avx_vnni"), "AVX-512 and AVX-VNNI"),
+        (("avx2", "avx512_bf16", "gfni"), "AVX2, AVX-512 BF16 and gfni"),  # unnamed: the flag
+    ],
+)
+def test_feature_names_in_words(flags, words):
+    assert feature_names(flags) == words
+
+
+@pytest.mark.parametrize(
+    ("features", "lacks"),
+    [
+        (AVX2, ["avx512f", "avx_vnni"]),
+        (AVX512, ["avx_vnni"]),
+        (AVX512 | {"avx_vnni"}, []),
+        (set(), []),  # flags unreadable: nothing is known to be missing
+    ],
+)
+def test_lacking_lists_the_flags_the_cpu_does_not_have_in_order(features, lacks):
+    assert lacking(Cpu("x86_64", frozenset(features)), ("avx512f", "avx_vnni")) == lacks
