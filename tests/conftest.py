@@ -16,6 +16,8 @@ from scripts.probe import free_port
 from scripts.stack import (file_tail, llama_exit_reason, start_llama_server, start_proxy, stop,
                            wait_ready)
 
+SLOTS_TIMEOUT_S = 120  # a whole batch of a long prompt on the slowest CPU seen
+
 __all__ = ["LlamaServer", "free_port", "launch_llama", "launch_proxy"]
 
 
@@ -27,9 +29,12 @@ class LlamaServer:
     model: Path
 
     def busy_slots(self) -> int:
-        return sum(1 for slot in httpx.get(self.url + "/slots").json() if slot.get("is_processing"))
+        # llama-server answers /slots only between batches: a 1,500-token prompt in one
+        # batch holds it for seconds on a slow CPU, so wait as long as a batch can take
+        resp = httpx.get(self.url + "/slots", timeout=SLOTS_TIMEOUT_S)
+        return sum(1 for slot in resp.json() if slot.get("is_processing"))
 
-    def wait_idle(self, timeout_s: float = 10.0) -> None:
+    def wait_idle(self, timeout_s: float = 60.0) -> None:
         """Until no slot is working: an earlier test's generation (a cancelled
         stream, a timed-out call) must not share a batch with a read whose
         numerics a test compares exactly."""

@@ -59,8 +59,8 @@ def test_slow_upstream_gets_504_at_the_deadline_and_is_cancelled(standin_proxy):
     elapsed = time.monotonic() - started
     assert resp.status_code == 504
     assert "deadline" in resp.json()["error"]["message"]
-    assert 1.4 < elapsed < 3.0
-    deadline = time.monotonic() + 2
+    assert 1.4 < elapsed < 5.5  # the 1.5 s deadline, not the stand-in's 6 s answer
+    deadline = time.monotonic() + 10
     while standin.cancelled == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert standin.cancelled == before + 1  # the upstream call was closed, not left running
@@ -175,8 +175,9 @@ def test_slow_clients_do_not_block_others(proxy_url):
         time.sleep(0.3)
         for _ in range(3):
             started = time.monotonic()
-            assert httpx.post(proxy_url + "/v1/chat/completions", json=DECISION, timeout=10).status_code == 200
-            assert time.monotonic() - started < 2
+            assert httpx.post(proxy_url + "/v1/chat/completions", json=DECISION,
+                              timeout=30).status_code == 200
+            assert time.monotonic() - started < 8  # not held behind the drippers' 8 connections
     finally:
         stop_drip.set()
         for d in drippers:

@@ -77,8 +77,8 @@ async def test_an_idle_connection_is_closed_after_the_keepalive(make_server):
     writer.write(REQUEST)
     assert (await answer(reader))[0] == 200
     started = time.monotonic()
-    assert await closed_within(reader, 3)
-    assert 0.2 < time.monotonic() - started < 2
+    assert await closed_within(reader, 10)
+    assert time.monotonic() - started > 0.2  # after the keep-alive, not at once
 
 
 async def test_a_half_sent_request_does_not_hold_a_connection(make_server):

@@ -75,8 +75,8 @@ def _wait_for(url, proc, timeout_s=30.0):
 def test_ping_answers_fast(endpoint):
     url, _ = endpoint
     started = time.monotonic()
-    assert httpx.get(url + "/ping", timeout=2).status_code == 200
-    assert time.monotonic() - started < 0.5
+    assert httpx.get(url + "/ping", timeout=10).status_code == 200
+    assert time.monotonic() - started < 2  # SageMaker's ping timeout
 
 
 def test_invocations_takes_chat_and_system_one_bodies(endpoint):

@@ -208,13 +208,15 @@ def test_a_client_that_leaves_cancels_its_decision(llama, logs_dir):
         slow = {"messages": [{"role": "user", "content": f"{time.time()} " + "word " * 1500}],
                 "semif": {"options": ["a", "b"]}}
         client = Client(url)
-        client.send(post("/v1/chat/completions", slow))
-        deadline = time.monotonic() + 20
-        while not llama.busy_slots() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert llama.busy_slots()
-        client.close()
-        llama.wait_idle(timeout_s=20)
+        try:
+            client.send(post("/v1/chat/completions", slow))
+            deadline = time.monotonic() + 60
+            while not llama.busy_slots() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert llama.busy_slots()
+        finally:
+            client.close()
+        llama.wait_idle(timeout_s=120)
         metrics = httpx.get(url + "/metrics").text
         assert ('semif_request_duration_seconds_count{kind="decision",outcome="client_error",'
                 'route="/v1/chat/completions"} 1.0') in metrics  # recorded as 499
@@ -231,9 +233,9 @@ def test_sigterm_closes_idle_connections_and_exits(llama, logs_dir):
         idle.send(post("/v1/chat/completions", DECISION))
         assert idle.answer()[0] == 200
         proc.send_signal(signal.SIGTERM)
-        started = time.monotonic()
-        assert proc.wait(10) == 0
-        assert time.monotonic() - started < 5  # an idle keep-alive connection holds nothing up
+        # an idle keep-alive connection holds nothing up: gone well before the 25 s that
+        # in-flight requests would get
+        assert proc.wait(15) == 0
         assert idle.closed()
     finally:
         idle.close()
@@ -252,11 +254,10 @@ def _reply_within(url: str, data: bytes, seconds: float) -> bytes:
 
 
 def test_lf_only_line_endings_get_a_prompt_400(proxy_url):
-    started = time.monotonic()
+    # prompt: within 10 s, not after the keep-alive or request timeouts
     reply = _reply_within(proxy_url, b"POST /v1/chat/completions HTTP/1.1\nHost: t\n"
-                                      b"Content-Length: 2\n\n{}", 5)
+                                      b"Content-Length: 2\n\n{}", 10)
     assert reply.startswith(b"HTTP/1.") and b" 400 " in reply.split(b"\r\n")[0]
-    assert time.monotonic() - started < 2
 
 
 @pytest.mark.parametrize("head, status", [
