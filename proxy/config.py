@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-__all__ = ["Settings", "load_settings", "build_parser"]
+__all__ = ["Settings", "build_parser", "environment_variable", "load_settings"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,11 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "workers": ("PROXY_WORKERS", "processes sharing the port (SO_REUSEPORT spreads connections); "
                 "each admits its share of PROXY_MAX_ACTIVE and PROXY_MAX_QUEUED"),
 }
+
+
+def environment_variable(name: str) -> str:
+    """The environment variable of the setting ``name`` (a ``Settings`` field)."""
+    return _OPTIONS[name][0]
 
 
 def build_parser() -> argparse.ArgumentParser:
