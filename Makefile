@@ -57,7 +57,6 @@ results: venv prepare
 	$(PY) bench/load.py --concurrency 64 --duration 5 --out load_backpressure.json \
 		--proxy-args '--max-active-decisions 4 --max-queued-decisions 8'
 	$(PY) bench/load.py --soak $(SOAK_S)
-	$(PY) bench/json_vs_decision.py
 	for b in overhead cpu shared_state; do \
 		{ echo "$$ .venv/bin/python bench/$$b.py"; $(PY) bench/$$b.py; } > $(OUTDIR)/$$b.txt || exit 1; \
 	done

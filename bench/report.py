@@ -2,15 +2,23 @@
 
     .venv/bin/python bench/report.py
 
-Reads what bench/load.py (load.json, soak.json, and load_backpressure.json from
-``--out load_backpressure.json`` with lowered limits) and bench/json_vs_decision.py
-(json_vs_decision.json) wrote; a missing file leaves its section out.
-Plotting needs matplotlib (the `calibrate` extra, in requirements.lock).
+Reads what bench/load.py wrote (load.json, soak.json, and load_backpressure.json from
+``--out load_backpressure.json`` with lowered limits) and the printed reports of
+bench/overhead.py, bench/cpu.py and bench/shared_state.py (bench/out/NAME.txt, their
+first line the command), all written by `make results`; a missing file leaves its
+section out. The file opens with one line naming what the figures were measured on:
+
+    machine: <CPU> (<instruction-set level>), <cores> cores; llama.cpp <build>; <model>; <date>
+
+from what bench/_machine.py recorded with the first run (the CPU's level: AVX2, AVX-512,
+AVX-512 and AMX, ...; the llama.cpp build scripts/prepare.py chose, or LLAMA_SERVER's).
+Plotting needs matplotlib (the `calibrate` extra).
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 from pathlib import Path
 
 import matplotlib
@@ -19,13 +27,14 @@ import orjson
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["main", "plot", "markdown"]
+__all__ = ["main", "plot", "markdown", "stamp"]
 
 BENCH = Path(__file__).resolve().parent
 OUT = BENCH / "out"
 PLOT = BENCH / "latency_vs_concurrency.png"
 SCENARIOS = {"systemone": "System One, 1 question", "semif": "chat + semif (proxy)",
-             "direct": "same read, llama-server's chat endpoint", "chat": "plain chat, max_tokens 8"}
+             "direct": "same read, llama-server's chat endpoint",
+             "chat": "plain chat, max_tokens 8"}
 
 
 def _read(name: str) -> dict | None:
@@ -47,16 +56,46 @@ def _num(v: object) -> str:
     return str(v)
 
 
+def _build(m: dict) -> str:
+    """The llama.cpp build, as bench/_machine.py records it ("b11434 source"); for runs
+    recorded before it did, the release and kind from the choice's label ("source build
+    b11434 (...)", "prebuilt wheel b10434 (...)") or llama-server's --version."""
+    if m.get("llama_build"):
+        return m["llama_build"]
+    label = m.get("llama_server_choice", "").split(":")[0].split(" (")[0]
+    named = re.search(r"\bb\d+\b", label)
+    version = re.search(r"build (\d+)", m.get("llama_server_version", ""))
+    if not (named or version):
+        return "unknown build"
+    release = named.group(0) if named else f"b{version.group(1)}"
+    kind = {"source build": "source", "portable source build": "portable source",
+            "prebuilt wheel": "wheel"}.get(label.replace(release, "").strip(), "")
+    return f"{release} {kind}".strip()
+
+
+def _model(m: dict) -> str:
+    return m["model"].removesuffix(".gguf")
+
+
+def stamp(m: dict) -> str:
+    """One line: what the figures were measured on, and the day."""
+    return (f"machine: {m['cpu']} ({m.get('cpu_level', 'level not recorded')}),"
+            f" {m['cores']} cores; llama.cpp {_build(m)}; {_model(m)}; {m['date'][:10]}")
+
+
 def _machine(m: dict) -> list[str]:
+    info = m.get("llama_build_info")
     return ["## Machine", "",
-            f"- CPU: {m['cpu']} ({m.get('cpu_level', 'level not recorded')}), {m['cores']} cores, {m['memory_gib']} GiB RAM,"
-            f" Linux {m['kernel']},"
+            f"- CPU: {m['cpu']}, instruction-set level {m.get('cpu_level', 'not recorded')},"
+            f" {m['cores']} cores, {m['memory_gib']} GiB RAM, Linux {m['kernel']},"
             f" Python {m['python']}",
+            f"- llama.cpp: {_build(m)}" + (f" (`/props` build_info `{info}`)" if info else ""),
             f"- llama-server: `{m['llama_server']}` ({m['llama_server_version']}),"
             f" flags `{' '.join(m['llama_server_flags'])}`",
             f"- chosen for this CPU: {m.get('llama_server_choice', 'not recorded')}".replace(
                 "\n", "; "),
             f"- model: {m['model']} ({m['model_bytes'] / 2**20:.0f} MiB)",
+            f"- date: {m['date']} (the first run; each section gives its own)",
             "- client, proxy and llama-server share the machine (loopback); other work on the"
             " machine at the time of the run is not controlled for", ""]
 
@@ -131,62 +170,46 @@ def _soak(soak: dict) -> list[str]:
             " the bound.", ""]
 
 
-def _json(jvd: dict) -> list[str]:
-    ways = jvd["ways"]
-    sets = sorted(next(iter(ways.values()))["accuracy_by_set"])
-    rows = [[{"systemone": "System One (proxy)", "json": "plain chat, JSON schema enum"}[w],
-             s["items"], f"{s['accuracy']:.3f}", *(f"{s['accuracy_by_set'][k]:.3f}" for k in sets),
-             s["invalid"], s["p50_ms"], s["p95_ms"], s["total_s"]]
-            for w, s in ways.items()]
-    ratio = ways["json"]["total_s"] / ways["systemone"]["total_s"]
-    spread = "; ".join(f"{w}: " + ", ".join(f"{k} {_top_share(jvd['records'], w, k):.2f}"
-                                             for k in sets) for w in ways)
-    return ["## System One vs a JSON answer through plain chat", "",
-            f"`{jvd['command']}` ({jvd['machine']['date']})", "",
-            "The same items, one request each way per item, alternating which goes first;"
-            " concurrency 1. The JSON way uses `response_format` (JSON schema, `answer` an enum of"
-            " the options), temperature 0, `max_tokens` 64.", "",
-            *_table(["way", "items", "accuracy", *(f"acc. {k}" for k in sets), "invalid",
-                     "p50 ms", "p95 ms", "total s"], rows),
-            f"The JSON way took {ratio:.2f}x the time of System One on the same items.", "",
-            "Share of the most common answer per set (1.00: the model gave one answer to every"
-            f" item): {spread}.", ""]
-
-
-def _top_share(records: list[dict], way: str, set_name: str) -> float:
-    answers = [r[way]["prediction"] for r in records if r["set"] == set_name]
-    return max(answers.count(a) for a in set(answers)) / len(answers)
-
-
 # Benchmarks that print their own report: bench/out/NAME.txt, its first line the command.
 PRINTED = {"overhead": "Proxy overhead against direct llama-server",
            "cpu": "CPU per decision against a bare relay",
            "shared_state": "Reading the state once"}
 
 
-def _printed(name: str, text: str) -> list[str]:
+def _printed(name: str, text: str, written: str = "") -> list[str]:
     command, _, body = text.partition("\n")
-    return [f"## {PRINTED[name]}", "", f"`{command.removeprefix('$ ')}`", "", "```",
+    when = f" ({written})" if written else ""
+    return [f"## {PRINTED[name]}", "", f"`{command.removeprefix('$ ')}`{when}", "", "```",
             body.strip(), "```", ""]
 
 
-def markdown(load: dict | None, soak: dict | None, jvd: dict | None,
-             bp: dict | None = None, printed: dict[str, str] | None = None) -> str:
-    runs = [r for r in (load, bp, soak, jvd) if r]
-    printed = printed or {}
+def _written(path: Path) -> str:
+    """When a printed report was written (its file's modification time, UTC)."""
+    return datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc
+                                           ).isoformat(timespec="seconds")
+
+
+def markdown(load: dict | None, soak: dict | None, bp: dict | None = None,
+             printed: dict[str, str] | None = None,
+             written: dict[str, str] | None = None) -> str:
+    """RESULTS.md. ``printed``: the printed reports by name, ``written``: when each was."""
+    runs = [r for r in (load, bp, soak) if r]
+    printed, written = printed or {}, written or {}
+    machine = runs[0]["machine"] if runs else None
     lines = ["# Benchmark results", "",
+             stamp(machine) if machine else "machine: not recorded (no bench/load.py run)", "",
              f"Written {datetime.date.today().isoformat()} by `make results` (the benchmarks,"
              " then `.venv/bin/python bench/report.py` from bench/out/). Benchmarks, not tests:"
              " nothing gates on these figures.", "",
-             *_machine(runs[0]["machine"]), "## Commands", "", "```",
+             *(_machine(machine) if machine else []), "## Commands", "", "```",
              *(r["command"] for r in runs),
              *(text.partition("\n")[0].removeprefix("$ ") for text in printed.values()),
              ".venv/bin/python bench/report.py", "```", ""]
-    for part, fn in ((load, _load), (bp, _backpressure), (soak, _soak), (jvd, _json)):
+    for part, fn in ((load, _load), (bp, _backpressure), (soak, _soak)):
         if part:
             lines += fn(part)
     for name, text in printed.items():
-        lines += _printed(name, text)
+        lines += _printed(name, text, written.get(name, ""))
     return "\n".join(lines)
 
 
@@ -217,16 +240,17 @@ def plot(load: dict, path: Path = PLOT) -> None:
 
 
 def main() -> None:
-    load, soak, jvd = _read("load.json"), _read("soak.json"), _read("json_vs_decision.json")
-    if not (load or soak or jvd):
-        raise SystemExit(f"nothing in {OUT}; run bench/load.py first")
+    load, soak = _read("load.json"), _read("soak.json")
+    if not (load or soak):
+        raise SystemExit(f"nothing in {OUT}; run bench/load.py first (or make results)")
     if load:
         plot(load)
         print(f"wrote {PLOT.relative_to(BENCH.parent)}")
-    printed = {name: (OUT / f"{name}.txt").read_text() for name in PRINTED
-               if (OUT / f"{name}.txt").exists()}
+    files = {name: OUT / f"{name}.txt" for name in PRINTED if (OUT / f"{name}.txt").exists()}
     (BENCH / "RESULTS.md").write_text(
-        markdown(load, soak, jvd, _read("load_backpressure.json"), printed))
+        markdown(load, soak, _read("load_backpressure.json"),
+                 {name: path.read_text() for name, path in files.items()},
+                 {name: _written(path) for name, path in files.items()}))
     print("wrote bench/RESULTS.md")
 
 

@@ -3,7 +3,8 @@ requests of tests/data, cycled, ids job-0000...), SIGKILLed once K records are w
 then run again with --resume; prints each part's lines per second and checks that the
 output holds every id once, all answered.
 
-    .venv/bin/python bench/batch_job.py [--lines 1000] [--kill-after 300] [--concurrency N]
+    .venv/bin/python bench/investigations/batch_job.py [--lines 1000] [--kill-after 300]
+        [--concurrency N]
 
 It starts llama-server and the proxy as `make run` does (4 slots). The batch command's
 own progress bar and summary go to this script's output.
@@ -21,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from _machine import describe
-from _servers import ROOT, llama_server, proxy
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the shared helpers
+
+from _machine import describe  # noqa: E402
+from _servers import ROOT, llama_server, proxy  # noqa: E402
 
 DATA = sorted((ROOT / "tests" / "data").glob("*.jsonl"))
 

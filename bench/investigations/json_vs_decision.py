@@ -1,7 +1,7 @@
 """System One through the proxy vs asking the same model for a JSON answer through
 plain chat, item by item in one run: latency and accuracy on the labelled sets.
 
-    .venv/bin/python bench/json_vs_decision.py [--items 150]
+    .venv/bin/python bench/investigations/json_vs_decision.py [--items 150]
 
 Each item of tests/data/*.jsonl is one System One request with one question and
 a top-level ``gold``. The JSON way sends the same state and question, the
@@ -18,16 +18,21 @@ import argparse
 import asyncio
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import orjson
-from _machine import command_line, describe
-from _servers import ROOT, llama_server, proxy
 
-from proxy.decision.prompt import append_to_conversation, state_messages
-from proxy.decision.question import Question
-from proxy.protocol.systemone import parse_request
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the shared helpers
+
+from _machine import command_line, describe  # noqa: E402
+from _servers import ROOT, llama_server, proxy  # noqa: E402
+
+from proxy.decision.prompt import append_to_conversation, state_messages  # noqa: E402
+from proxy.decision.question import Question  # noqa: E402
+from proxy.protocol.systemone import parse_request  # noqa: E402
 
 __all__ = ["json_body", "json_prediction", "systemone_prediction", "gold_name", "main"]
 

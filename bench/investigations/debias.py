@@ -1,7 +1,8 @@
 """Position debiasing compared on the labelled sets: none, cyclic, PriDe and contextual
 calibration, on the same held-out items.
 
-    .venv/bin/python bench/debias.py [--seed 0] [--test-share 0.3] [--prior-sample 0.2]
+    .venv/bin/python bench/investigations/debias.py [--seed 0] [--test-share 0.3]
+        [--prior-sample 0.2]
 
 Starts llama-server and the proxy and reads every choice and noul item of
 tests/data/*.jsonl (score levels are ordered and never debiased) three times
@@ -18,17 +19,22 @@ reported (``x_reads``). Results also go to bench/out/debias.json.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import orjson
-from _machine import command_line, describe
-from _servers import ROOT, llama_server, proxy
 
-from proxy.calibration.cli import apply_priors, estimate_priors, prior_sample
-from proxy.calibration.dataset import load_items
-from proxy.calibration.fit import THRESHOLD_SHARE, Labelled, assign_roles
-from proxy.calibration.metrics import accuracy, expected_calibration_error, top_index
-from proxy.calibration.read import read_answers
-from proxy.calibration.stats import bootstrap_interval
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the shared helpers
+
+from _machine import command_line, describe  # noqa: E402
+from _servers import ROOT, llama_server, proxy  # noqa: E402
+
+from proxy.calibration.cli import apply_priors, estimate_priors, prior_sample  # noqa: E402
+from proxy.calibration.dataset import load_items  # noqa: E402
+from proxy.calibration.fit import THRESHOLD_SHARE, Labelled, assign_roles  # noqa: E402
+from proxy.calibration.metrics import accuracy, expected_calibration_error, top_index  # noqa: E402
+from proxy.calibration.read import read_answers  # noqa: E402
+from proxy.calibration.stats import bootstrap_interval  # noqa: E402
 
 __all__ = ["WAYS", "main"]
 
