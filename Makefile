@@ -1,14 +1,20 @@
 # Two commands matter: `make run` and `make test`. Each installs what is missing.
+# `make run` installs only requirements/runtime.lock (what the proxy and the single image
+# run); `make test`, `unit`, `bench` and `results` install requirements/dev.lock (runtime
+# plus the calibrate and test extras). Both locks are pinned and hash-checked, and
+# `make lock` regenerates both from pyproject.toml (see the `lock` target below).
 SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
+RUNTIME_LOCK := requirements/runtime.lock
+DEV_LOCK     := requirements/dev.lock
 
-.PHONY: run test unit venv prepare browser crd bench results clean
+.PHONY: run test unit venv venv-runtime lock prepare browser crd bench results clean
 
-run: venv
+run: venv-runtime
 	$(PY) scripts/stack.py
 
 test: venv prepare browser crd
@@ -17,16 +23,50 @@ test: venv prepare browser crd
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-venv: $(VENV)/.installed
+# The development install (`venv`, what test, unit, bench and results need) and the
+# runtime-only one (`venv-runtime`, for run), in the same $(VENV). dev.lock holds every
+# runtime.lock pin at the same version and hash, so a dev install satisfies run as well.
+venv: $(VENV)/.dev
+venv-runtime: $(VENV)/.runtime
 
-$(VENV)/.installed: requirements.lock
-	@echo "[make] creating $(VENV) with the pinned, hash-checked dependencies (about a minute)"
+# $(1): the lock, $(2): what it is for. pip skips what is already installed.
+define install_lock
+	@echo "[make] installing $(1) into $(VENV), pinned and hash-checked ($(2))"
 	@start=$$(date +%s); \
-	$(PYTHON) -m venv $(VENV) && \
-	$(PY) -m pip install --progress-bar on --require-hashes -r requirements.lock \
-		| grep -v -e '^Requirement already' -e '^WARNING: Location' && \
+	{ [ -x $(PY) ] || $(PYTHON) -m venv $(VENV); } && \
+	$(PY) -m pip install --progress-bar on --require-hashes -r $(1) \
+		| { grep -v -e '^Requirement already' -e '^WARNING: Location' || true; } && \
 	echo "[make] $(VENV) ready in $$(( $$(date +%s) - start ))s"
-	@$(PY) -c "import aiohttp, pydantic, orjson, prometheus_client" && touch $@
+	@$(PY) -c "import aiohttp, pydantic, orjson, prometheus_client, uvloop"
+endef
+
+$(VENV)/.runtime: $(RUNTIME_LOCK)
+	$(call install_lock,$(RUNTIME_LOCK),runtime only: about 15 s)
+	@touch $@
+
+$(VENV)/.dev: $(DEV_LOCK)
+	$(call install_lock,$(DEV_LOCK),runtime plus the calibrate and test extras: about a minute)
+	@$(PY) -c "import pytest, httpx, matplotlib" && touch $@ $(VENV)/.runtime
+
+# Regenerate both locks from pyproject.toml with pip-compile (pip-tools, installed into a
+# throwaway venv): runtime.lock is [project.dependencies] plus the `image` extra
+# (supervisor); dev.lock adds the calibrate and test extras, constrained to runtime.lock
+# so both agree on every shared package. Pins already in a lock are kept; to move them,
+# edit pyproject.toml or pass LOCK_ARGS=--upgrade (or --upgrade-package NAME).
+# Needs Python 3.11 as $(PYTHON) (pyproject's requires-python).
+PIP_TOOLS := pip-tools==7.6.2
+LOCK_ARGS ?=
+COMPILE := --quiet --generate-hashes --no-emit-find-links --no-emit-index-url --strip-extras
+lock:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(PYTHON) -m venv "$$tmp" && \
+	"$$tmp/bin/pip" install --quiet $(PIP_TOOLS) 2>&1 | { grep -v '^WARNING: Location' || true; } && \
+	export CUSTOM_COMPILE_COMMAND="make lock" && \
+	"$$tmp/bin/pip-compile" $(COMPILE) $(LOCK_ARGS) --extra=image \
+		--output-file=$(RUNTIME_LOCK) pyproject.toml && \
+	"$$tmp/bin/pip-compile" $(COMPILE) $(LOCK_ARGS) --extra=image --extra=calibrate --extra=test \
+		--constraint=$(RUNTIME_LOCK) --output-file=$(DEV_LOCK) pyproject.toml && \
+	echo "[make] $(RUNTIME_LOCK) and $(DEV_LOCK) written"
 
 # llama-server and the model, cached outside the clone (scripts/prepare.py); for the
 # tests also Debian's chromium (the playground's browser test).

@@ -1,13 +1,19 @@
 """The three Dockerfiles: hadolint finds nothing at warning level or above, and the final
-stage of each keeps the promises the deployment relies on. Nothing is built here."""
+stage of each keeps the promises the deployment relies on. Nothing is built here.
+
+Also the Python installs: the images (and `make run`) install requirements/runtime.lock,
+hash-checked, and the project with --no-deps; requirements/dev.lock agrees with it on
+every shared pin, and both agree with pyproject.toml."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,6 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = ["Dockerfile.llama", "Dockerfile.proxy", "Dockerfile.single"]
 BIND_LABEL = "com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true"
+PYTHON_IMAGES = ["Dockerfile.proxy", "Dockerfile.single"]
+RUNTIME_LOCK = "requirements/runtime.lock"
+DEV_LOCK = "requirements/dev.lock"
 
 
 def hadolint() -> str:
@@ -44,13 +53,21 @@ def serious(findings: list[dict]) -> list[str]:
     ]
 
 
-def final_stage(name: str) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of the last stage, continuation lines joined."""
+def instructions(name: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of every stage, continuation lines joined."""
     text = re.sub(r"\\\n\s*", " ", (ROOT / name).read_text())
     lines = [line.strip() for line in text.splitlines()]
-    instructions = [tuple(line.split(None, 1)) for line in lines if line and line[0] != "#"]
-    last_from = max(i for i, (op, _) in enumerate(instructions) if op.upper() == "FROM")
-    return [(op.upper(), rest) for op, rest in instructions[last_from:]]
+    return [
+        (op.upper(), rest)
+        for op, rest in (tuple(line.split(None, 1)) for line in lines if line and line[0] != "#")
+    ]
+
+
+def final_stage(name: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the last stage, continuation lines joined."""
+    every = instructions(name)
+    last_from = max(i for i, (op, _) in enumerate(every) if op == "FROM")
+    return every[last_from:]
 
 
 def args_of(stage: list[tuple[str, str]], op: str) -> list[str]:
@@ -133,5 +150,135 @@ def test_single_image_is_the_official_llama_build_with_both_entrypoints():
     assert f"docker/supervisord.conf {conf}" in copied
     env = " ".join(args_of(stage, "ENV"))
     assert "PROXY_HOST=0.0.0.0" in env and "SUPERVISORD=/opt/semif/bin/supervisord" in env
-    assert any("supervisor==4.3.0" in run and "/opt/semif" in run for run in args_of(stage, "RUN"))
+    # supervisor comes from the runtime lock (pyproject's `image` extra), into /opt/semif
+    assert pins(RUNTIME_LOCK)["supervisor"][0] == "4.3.0"
+    assert any(RUNTIME_LOCK in run and "/opt/semif" in run for run in args_of(stage, "RUN"))
     assert "/ping" in args_of(stage, "HEALTHCHECK")[-1]
+
+
+# The Python installs ---------------------------------------------------------------------
+
+
+def pip_commands(name: str) -> list[list[str]]:
+    """Every pip (or uv pip) command in the RUN instructions of every stage, as words from
+    `pip` on: ["pip", "install", ...]."""
+    commands = []
+    for run in args_of(instructions(name), "RUN"):
+        while run.startswith("--"):  # RUN's own flags: --mount=...
+            run = run.split(None, 1)[1]
+        for command in re.split(r"&&|\|\||;", run):
+            words = shlex.split(command)
+            for i, word in enumerate(words[:-1]):
+                if word.rsplit("/", 1)[-1] in ("pip", "pip3") and words[i + 1][0] != "-":
+                    commands.append(["pip", *words[i + 1:]])
+                    break
+    return commands
+
+
+def kind(command: list[str]) -> str:
+    """'lock': the runtime lock, hash-checked; 'project': the project alone, --no-deps;
+    anything else that installs or builds packages is 'unchecked'."""
+    sub, words = command[1], command[2:]
+    if sub not in ("install", "wheel", "download"):
+        return "other"
+    files = [w.split("=", 1)[1] for w in words if w.startswith("--requirement=")] + [
+        words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-r", "--requirement")]
+    if sub == "install" and "--require-hashes" in words and files == [RUNTIME_LOCK]:
+        return "lock"
+    if sub == "install" and "--no-deps" in words and not files and words[-1] == ".":
+        return "project"
+    return "unchecked"
+
+
+@pytest.mark.parametrize("name", PYTHON_IMAGES)
+def test_image_installs_the_runtime_lock_hash_checked_and_the_project_alone(name: str):
+    kinds = [kind(command) for command in pip_commands(name)]
+    # the lock first, then the project without a resolver; nothing unhashed, no `pip wheel .`
+    assert [k for k in kinds if k != "other"] == ["lock", "project"], pip_commands(name)
+    copied = " ".join(args_of(instructions(name), "COPY"))
+    assert re.search(rf"(^|\s){re.escape(RUNTIME_LOCK)}\s", copied)
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("pip install --no-cache-dir --require-hashes -r requirements/runtime.lock", "lock"),
+        ("uv pip install --python /opt/x/bin/python --no-deps .", "project"),
+        ("pip wheel --no-cache-dir --wheel-dir /wheels .", "unchecked"),
+        ("pip install --no-index /wheels/*.whl", "unchecked"),
+        ("pip install -r requirements/runtime.lock", "unchecked"),
+        ("pip install --require-hashes -r requirements/dev.lock", "unchecked"),
+        ("pip install . supervisor==4.3.0", "unchecked"),
+        ("pip install --no-deps . supervisor==4.3.0", "unchecked"),
+    ],
+)
+def test_install_kinds(tmp_path: Path, command: str, expected: str):
+    dockerfile = tmp_path / "Dockerfile"  # absolute: ROOT / dockerfile is dockerfile
+    dockerfile.write_text(f"FROM python:3.11-slim\nRUN true \\\n    && {command}\n")
+    assert [kind(c) for c in pip_commands(str(dockerfile))] == [expected]
+
+
+def pins(lock: str) -> dict[str, tuple[str, frozenset[str]]]:
+    """name -> (version, hashes) of every pin in a pip-compile lock."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / lock).read_text())
+    found = {}
+    for line in text.splitlines():
+        if match := re.match(r"([A-Za-z0-9._-]+)==(\S+)(.*)", line):
+            found[normalize(match[1])] = (match[2], frozenset(re.findall(r"--hash=(\S+)", match[3])))
+    return found
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_both_locks_pin_every_package_with_hashes():
+    for lock in (RUNTIME_LOCK, DEV_LOCK):
+        text = (ROOT / lock).read_text()
+        header = text[:re.search(r"^[^#]", text, re.MULTILINE).start()]
+        assert "#    make lock\n" in header, f"{lock}: its header names `make lock`"
+        found = pins(lock)
+        assert found, lock
+        assert [name for name, (_, hashes) in found.items() if not hashes] == [], lock
+        requirements = [line for line in text.splitlines() if line and line[0] not in " #"]
+        assert len(requirements) == len(found), f"{lock}: a requirement that is not name==version"
+
+
+def test_dev_lock_holds_every_runtime_pin_at_the_same_version():
+    runtime, dev = pins(RUNTIME_LOCK), pins(DEV_LOCK)
+    assert {n: v for n, (v, _) in runtime.items()} == {n: dev.get(n, (None,))[0] for n in runtime}
+    # same files too, so a dev install satisfies the runtime lock (the Makefile relies on it)
+    assert {n: h for n, (_, h) in runtime.items()} == {n: dev[n][1] for n in runtime}, "make lock"
+    assert len(dev) > len(runtime)
+
+
+def test_locks_agree_with_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+
+    def pinned(requirements: list[str]) -> dict[str, str]:
+        return {normalize(re.sub(r"\[.*\]", "", name)): version
+                for name, version in (r.split("==") for r in requirements)}
+
+    runtime = pinned(project["dependencies"] + extras["image"])
+    dev = pinned(extras["calibrate"] + extras["test"])
+    assert {n: pins(RUNTIME_LOCK).get(n, ("missing",))[0] for n in runtime} == runtime
+    assert {n: pins(DEV_LOCK).get(n, ("missing",))[0] for n in dev} == dev
+    # the runtime lock holds nothing that only calibrate or test bring in
+    dev_only = set(dev) - set(runtime)
+    assert dev_only and not dev_only & set(pins(RUNTIME_LOCK))
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="needs make")
+@pytest.mark.parametrize(
+    ("target", "lock", "not_lock"),
+    [("run", RUNTIME_LOCK, DEV_LOCK), ("unit", DEV_LOCK, RUNTIME_LOCK)],
+)
+def test_make_installs_the_right_lock(tmp_path: Path, target: str, lock: str, not_lock: str):
+    proc = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), target, f"VENV={tmp_path / 'venv'}"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    installs = [line for line in proc.stdout.splitlines() if "pip install" in line]
+    assert len(installs) == 1 and "--require-hashes" in installs[0], proc.stdout
+    assert f"-r {lock}" in installs[0] and not_lock not in installs[0]
