@@ -4,7 +4,7 @@
 
 It behaves like a small supervisor, as the compose file's restart policy does in
 production: a process that dies is reported in words (``probe.explain_exit``)
-and started again after a back-off (1, 2, 4, 8, 16 s); after five crashes in a
+and started again after a back-off (1, 2, 4, 8, 16 s); after six crashes in a
 row, each within a minute of its start, it gives up with a message. While
 llama-server is down the proxy answers 503 with ``Retry-After``.
 
@@ -201,7 +201,7 @@ class Supervised:
 
     def restart_after_exit(self, say: Callable[[str], None]) -> None:
         """Report the exit and start again after the back-off; raise ``ServerExited``
-        once it has crashed five times in a row, each soon after its start."""
+        once it has crashed six times in a row, each soon after its start."""
         say(f"{self.name} stopped: {self.reason(self.proc.returncode)}")
         self.crashes = 1 if time.monotonic() - self.started_at > _STABLE_S else self.crashes + 1
         if self.crashes > len(_BACKOFF_S):

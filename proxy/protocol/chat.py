@@ -49,7 +49,8 @@ def _usage(outcome: Outcome) -> dict[str, int]:
 
 def _logprobs_of(outcome: Outcome) -> str:
     """What the listed log-probabilities are of: "calibrated" (a profile's map changed
-    them), "debiased" (PriDe or contextual), or the labels' "read" probabilities."""
+    them), "debiased" (any debiasing: cyclic, PriDe or contextual), or the labels' "read"
+    probabilities."""
     if outcome.calibration is not None and outcome.calibration.get("method") != "none":
         return "calibrated"
     return "debiased" if outcome.debias is not None else "read"
