@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.probe import free_port  # noqa: E402
-from scripts.stack import start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
+from scripts.stack import UBATCH, start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
 __all__ = ["free_port", "model_path", "llama_server", "llama_server_process", "proxy",
            "proxy_process", "bare_relay", "standin_process", "pin", "ROOT"]
@@ -65,11 +65,12 @@ def pin(pid: int, core: int) -> None:
 
 
 @contextlib.contextmanager
-def proxy_process(upstream_url: str, extra: list[str] | None = None
+def proxy_process(upstream_url: str, extra: list[str] | None = None, ubatch: int | None = UBATCH
                   ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """The proxy's URL and its process (for its PID: RSS, /proc)."""
-    with _serving(lambda port, log: start_proxy(port, upstream_url, extra, log=log),
-                  timeout_s=30) as served:
+    """The proxy's URL and its process (for its PID: RSS, /proc); ``ubatch``: the -ub of
+    the llama-server before it (``UBATCH``, as ``llama_server`` starts it; None: unknown)."""
+    with _serving(lambda port, log: start_proxy(port, upstream_url, extra, log=log,
+                                                ubatch=ubatch), timeout_s=30) as served:
         yield served
 
 

@@ -42,6 +42,7 @@ class Settings:
     workers: int = 1  # processes sharing the port (proxy/workers.py)
     model_aliases: str = ""  # more names for the served model, comma-separated (proxy/names.py)
     default_model: str = ""  # a llama-server router's model for requests naming none
+    upstream_ubatch: int = 0  # llama-server's -ub when 2 to 63: the prefix read (proxy/kv.py)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -62,6 +63,8 @@ class Settings:
             raise ValueError("n_probs must be at least 1")
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
+        if self.upstream_ubatch < 0:
+            raise ValueError("upstream_ubatch must be 0 (unknown) or llama-server's -ub")
         if self.question_fanout < 0:
             raise ValueError("question_fanout must be 0 (one per llama-server slot) or more")
 
@@ -113,6 +116,10 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "default_model": ("PROXY_DEFAULT_MODEL", "with llama-server in router mode (several "
                       "models): the model of requests that name none or a default name "
                       "(jev-latest, gpt-6-luna); '' for the first it lists"),
+    "upstream_ubatch": ("PROXY_UPSTREAM_UBATCH", "llama-server's physical batch (-ub) as it "
+                        "was started; 2 to 63 reads new conversations in one request, reusing "
+                        "any prefix a slot holds (docs/repeatability.md); 0: unknown, each "
+                        "shared segment is evaluated from position 0"),
     "workers": ("PROXY_WORKERS", "processes sharing the port (SO_REUSEPORT spreads connections); "
                 "each admits its share of PROXY_MAX_ACTIVE and PROXY_MAX_QUEUED"),
 }

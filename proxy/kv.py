@@ -21,6 +21,19 @@ Each request is pinned to a slot (``id_slot``) that this process leases to one
 decision at a time and whose content it tracks (``SlotBook``). llama-server
 reports what it reused (``timings.cache_n``): a slot someone else changed shows
 as an unexpected count, and the read starts again from a cold ``S``.
+
+That is the **segment** scheme (``plan``), which holds whatever llama-server's
+physical batch (``-ub``). With ``-ub`` of at most 63 no row ever goes through the
+tiled kernel, and a row's numbers depend only on the rows before it, however the
+prompt was cut into requests, with one exception: a row evaluated alone while the
+slot holds more than 256 cells (the split-KV kernel). The **prefix** scheme
+(``plan_prefix``) relies on that: any prefix llama-server reuses is as good as a
+cold one, so a new conversation is one request (two when it is longer than 256
+tokens: all but its last token, then the last alone, as a replay reads it), and the
+template's opening, a system turn, a classifier's fixed part or a System One state
+are reused wherever a slot holds them. The proxy only keeps the lone rows out: the
+last row of a long read (kept out of a longer prompt's prefix), and a request's
+last physical batch of one token.
 """
 
 from __future__ import annotations
@@ -35,9 +48,14 @@ from typing import NamedTuple
 
 from .admission import slot_waited
 
-__all__ = ["Step", "Held", "plan", "after", "common_prefix", "SlotBook", "MAX_SMALL_CHUNK"]
+__all__ = ["Step", "Held", "plan", "plan_prefix", "after", "common_prefix", "SlotBook",
+           "MAX_SMALL_CHUNK", "LONE_ROW_CELLS", "N_BATCH", "lone_last"]
 
 MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+# A row evaluated alone goes through the per-row kernel while the slot's KV cells (padded
+# to 256) are fewer than 512: at most this many tokens up to and including the row.
+LONE_ROW_CELLS = 256
+N_BATCH = 2048  # llama-server's logical batch (-b): a request is decoded in pieces of it
 
 
 class Held(NamedTuple):
@@ -47,6 +65,7 @@ class Held(NamedTuple):
 
     tokens: tuple[int, ...]
     s_len: int
+    lone_last: bool = False  # prefix scheme: the last row was evaluated alone past 256 cells
 
 
 @dataclass(frozen=True)
@@ -108,6 +127,63 @@ def plan(holds: Held | None, s_len: int, prompt: tuple[int, ...]) -> list[Step]:
     return steps
 
 
+def _last_piece(m: int, ubatch: int) -> int:
+    """The size of the last physical batch of a request that evaluates ``m`` tokens:
+    llama-server decodes it in logical batches of ``N_BATCH``, each in pieces of ``ubatch``."""
+    tail = (m - 1) % N_BATCH + 1
+    return (tail - 1) % ubatch + 1
+
+
+def plan_prefix(holds: Held | None, prompt: tuple[int, ...], ubatch: int) -> list[Step]:
+    """The requests that read the next token after ``prompt`` the canonical way on a
+    llama-server whose physical batch is ``ubatch`` (2 to 63): every row but the last in
+    pieces of 2 to ``ubatch`` from whatever prefix the slot holds (a row alone only
+    within the first 256 cells), the last row alone. ``holds``: what the slot holds, or
+    ``None`` when unknown (then everything is evaluated from position 0)."""
+    n = len(prompt)
+    if n < 2:
+        raise ValueError("a prompt of at least two tokens")
+    if not 2 <= ubatch <= MAX_SMALL_CHUNK:
+        raise ValueError("the prefix scheme needs a physical batch of 2 to 63")
+    natural = 0 if holds is None else common_prefix(holds.tokens, prompt)
+    reused = natural
+    if holds is not None and holds.lone_last and len(holds.tokens) <= natural < n:
+        reused = len(holds.tokens) - 1  # never build on a row evaluated alone
+    if reused >= n - 1:  # a replay, or all but the last known: the last row alone
+        return [Step(n, True, n - 1, 1)]
+    main: list[Step] = []
+    if n <= LONE_ROW_CELLS:  # every row, the last included, in the per-row kernel
+        main.append(Step(n, True, reused, n - reused))
+    else:
+        m = n - 1 - reused
+        if _last_piece(m, ubatch) == 1:  # a piece of one past 256 cells: avoid it
+            if m == 1:
+                reused -= 1  # the slot drops one more row: two are evaluated together
+            else:
+                main.append(Step(reused + 2, True, reused, 2))
+        start = main[-1].length if main else reused
+        main += [Step(n - 1, True, start, n - 1 - start), Step(n, True, n - 1, 1)]
+    if reused == 0:  # from position 0: nothing of the slot is used
+        first = main[0]
+        return [Step(first.length, False, 0, first.evaluated), *main[1:]]
+    if reused < natural:
+        return [_drop_after(reused, prompt), *main]
+    return main
+
+
+def lone_last(step: Step, ubatch: int) -> bool:
+    """Whether ``step`` leaves its last row evaluated alone past 256 cells (a row no
+    longer prompt may build on)."""
+    return step.length > LONE_ROW_CELLS and _last_piece(step.evaluated, ubatch) == 1
+
+
+def _drop_after(keep: int, prompt: tuple[int, ...]) -> Step:
+    """A request that leaves the slot holding ``prompt[:keep]`` and one junk token after
+    it (a token other than the prompt's next), so that the next request reuses ``keep``."""
+    other = 0 if prompt[keep] != 0 else 1
+    return Step(keep + 1, True, keep, 1, junk=other)
+
+
 def after(step: Step, prompt: tuple[int, ...]) -> tuple[int, ...]:
     """What the slot holds once ``step`` has run (``prompt`` itself after the last)."""
     held = prompt[:step.length]
@@ -140,9 +216,12 @@ class SlotBook:
         for slot in self.holds:
             self.holds[slot] = None
 
-    def _pick(self, segment: tuple[int, ...]) -> int:
+    def _pick(self, segment: tuple[int, ...], by_prefix: bool) -> int:
         def rank(slot: int) -> tuple[int, int]:
             held = self.holds[slot]
+            if by_prefix:  # the longest prefix held, as llama-server itself chooses
+                return (-common_prefix(held.tokens, segment) if held else 0,
+                        self._last_use[slot])
             same = (held is not None and held.s_len == len(segment)
                     and held.tokens[:len(segment)] == segment)
             return (0 if same else 1 if held is None else 2, self._last_use[slot])
@@ -158,21 +237,23 @@ class SlotBook:
                 return
         self._free.append(slot)
 
-    def lease(self, segment: tuple[int, ...]) -> _Lease:
-        """``async with book.lease(segment) as slot:`` a slot for one decision."""
-        return _Lease(self, segment)
+    def lease(self, segment: tuple[int, ...], *, by_prefix: bool = False) -> _Lease:
+        """``async with book.lease(segment) as slot:`` a slot for one decision: one that
+        holds ``segment`` (the segment scheme) or, ``by_prefix``, the longest prefix of
+        ``segment`` (then the prompt), else the one used longest ago."""
+        return _Lease(self, segment, by_prefix)
 
 
 class _Lease:
-    __slots__ = ("_book", "_segment", "_slot")
+    __slots__ = ("_book", "_segment", "_by_prefix", "_slot")
 
-    def __init__(self, book: SlotBook, segment: tuple[int, ...]) -> None:
-        self._book, self._segment = book, segment
+    def __init__(self, book: SlotBook, segment: tuple[int, ...], by_prefix: bool) -> None:
+        self._book, self._segment, self._by_prefix = book, segment, by_prefix
 
     async def __aenter__(self) -> int:
         book = self._book
         if book._free and not book._waiting:
-            self._slot = book._pick(self._segment)
+            self._slot = book._pick(self._segment, self._by_prefix)
             book._free.remove(self._slot)
             return self._slot
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -41,7 +41,7 @@ from .decision.outcome import Outcome
 from .decision.readout import decide
 from .admission import Admission
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import Held, SlotBook, after, common_prefix, plan
+from .kv import MAX_SMALL_CHUNK, Held, SlotBook, after, common_prefix, lone_last, plan, plan_prefix
 from .metrics import Metrics, after_reply
 from .upstream import ModelInfo, NextToken, Upstream
 
@@ -81,9 +81,12 @@ class DecisionService:
     def __init__(
         self, upstream: Upstream, *, n_probs: int, question_fanout: int = 1,
         metrics: Metrics | None = None, admission: Admission | None = None,
-        worker: tuple[int, int] = (0, 1),
+        worker: tuple[int, int] = (0, 1), ubatch: int = 0,
     ):
         self._upstream = upstream
+        # llama-server's physical batch, when known and small enough for the prefix
+        # scheme (proxy/kv.py); 0: the segment scheme
+        self._ubatch = ubatch if 2 <= ubatch <= MAX_SMALL_CHUNK else 0
         self._worker = worker
         self._admission = admission or Admission(
             max_active=1 << 30, max_queued=0, deadline_s=3600.0, retry_after_s=1
@@ -287,7 +290,8 @@ class DecisionService:
         evaluated = reads = 0
         first: NextToken | None = None
         book = await self._book()
-        async with book.lease(tokens[0][:tokens[1]] if tokens is not None else ()) as slot:
+        segment = (tokens[0] if self._ubatch else tokens[0][:tokens[1]]) if tokens else ()
+        async with book.lease(segment, by_prefix=bool(self._ubatch)) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None
@@ -323,8 +327,10 @@ class DecisionService:
         reused other than expected) starts it again from a cold shared segment; if that
         happens twice, the read is made as it comes and counted as unrepeatable."""
         spent = 0
+        ubatch = self._ubatch
         for _attempt in range(2):
-            steps = plan(book.holds[slot], s_len, prompt)
+            steps = (plan_prefix(book.holds[slot], prompt, ubatch) if ubatch
+                     else plan(book.holds[slot], s_len, prompt))
             for step in steps:
                 sent = after(step, prompt)
                 last = step is steps[-1]
@@ -335,7 +341,7 @@ class DecisionService:
                 if (done.cached, done.read.prompt_evaluated) != (step.cached, step.evaluated):
                     book.holds[slot] = None
                     break
-                book.holds[slot] = Held(sent, s_len)
+                book.holds[slot] = Held(sent, s_len, ubatch > 0 and lone_last(step, ubatch))
             else:
                 return done.read, spent
         done = await self._upstream.complete(prompt, slot=slot, cache=True, n_probs=width,
@@ -362,6 +368,14 @@ class DecisionService:
         at = rendered.rfind(block)
         if at <= 0:
             return None
+        if self._ubatch:  # the prefix scheme: no segment, one /tokenize
+            tokens = tuple(await self._upstream.tokenize(rendered, special=True))
+            if len(tokens) < 2:
+                return None
+            found = (tokens, 0)
+            if len(key) <= _MAX_PROMPT_KEY:
+                _remember(self._prompts, key, found, _MAX_PROMPTS)
+            return found
         segment = self._segments.get(rendered[:at])
         if segment is None:
             segment = tuple(await self._upstream.tokenize(rendered[:at], special=True))

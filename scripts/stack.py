@@ -38,12 +38,15 @@ from scripts.cpu import level, read_cpu  # noqa: E402
 from scripts.prepare import choose_llama_server, ensure_model, gpu_requested  # noqa: E402
 from scripts.probe import explain_exit, log_tail, offloaded_layers  # noqa: E402
 
-__all__ = ["LLAMA_FLAGS", "ServerExited", "Supervised", "answers", "file_tail", "llama_exit_reason",
+__all__ = ["LLAMA_FLAGS", "UBATCH", "ServerExited", "Supervised", "answers", "file_tail", "llama_exit_reason",
            "start_llama_server", "start_proxy", "stop", "wait_ready"]
 
 # 4 slots with 8192 tokens each: room for 255 options, concurrent decisions and
-# prompt-cache reuse per slot; --metrics so Prometheus can scrape llama-server too.
-LLAMA_FLAGS = ["-np", "4", "-c", "32768", "--metrics"]
+# prompt-cache reuse per slot; physical batches of 63 tokens, so that any prefix a slot
+# holds reads as a cold one would (docs/repeatability.md); --metrics so Prometheus can
+# scrape llama-server too.
+UBATCH = 63
+LLAMA_FLAGS = ["-np", "4", "-c", "32768", "-ub", str(UBATCH), "--metrics"]
 ROOT = Path(__file__).resolve().parent.parent
 _BACKOFF_S = (1, 2, 4, 8, 16)
 _STABLE_S = 60.0   # a process up this long has recovered: its crash count starts again
@@ -83,9 +86,12 @@ def start_llama_server(
 
 
 def start_proxy(port: int, upstream_url: str, extra: list[str] | None = None, log=None,
-                env: dict[str, str] | None = None) -> subprocess.Popen:
+                env: dict[str, str] | None = None, ubatch: int | None = None
+                ) -> subprocess.Popen:
+    """The proxy in front of ``upstream_url``; ``ubatch``: that llama-server's ``-ub``
+    (``UBATCH`` for one started by ``start_llama_server``), told to the proxy."""
     cmd = [sys.executable, "-m", "proxy", "--port", str(port), "--upstream-url", upstream_url,
-           *(extra or [])]
+           *(["--upstream-ubatch", str(ubatch)] if ubatch else []), *(extra or [])]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT if log else None,
                             stdin=subprocess.DEVNULL, start_new_session=True,
@@ -257,7 +263,8 @@ def main() -> int:
         lambda rc, log: explain_exit(rc, log, has=has))
     proxy = Supervised(
         "the proxy",
-        lambda log: start_proxy(proxy_port, f"http://127.0.0.1:{llama_port}", log=log),
+        lambda log: start_proxy(proxy_port, f"http://127.0.0.1:{llama_port}", log=log,
+                                ubatch=UBATCH),
         f"http://127.0.0.1:{proxy_port}/health",
         lambda rc, log: f"exited with {rc}; its output ends:\n{log_tail(log)}", 30.0)
     children = [llama, proxy]

@@ -13,8 +13,8 @@ import pytest
 
 from scripts.prepare import ensure_llama_server, ensure_model
 from scripts.probe import free_port
-from scripts.stack import (file_tail, llama_exit_reason, start_llama_server, start_proxy, stop,
-                           wait_ready)
+from scripts.stack import (UBATCH, file_tail, llama_exit_reason, start_llama_server, start_proxy,
+                           stop, wait_ready)
 
 SLOTS_TIMEOUT_S = 120  # a whole batch of a long prompt on the slowest CPU seen
 
@@ -75,14 +75,22 @@ def launch_llama(logs_dir: Path, name: str, port: int | None = None):
         stop(proc)
         log.close()
         raise
+    _STARTED.add(f"http://127.0.0.1:{port}")
     return proc, LlamaServer(f"http://127.0.0.1:{port}", port, binary, model), log
 
 
+_STARTED: set[str] = set()  # the llama-servers started here, with -ub UBATCH
+
+
 def launch_proxy(logs_dir: Path, upstream_url: str, *extra: str, env: dict[str, str] | None = None):
+    """The proxy before ``upstream_url``, told its -ub when the tests started it."""
     port = free_port()
     log = open(logs_dir / f"proxy-{port}.log", "ab")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PROXY_", "UPSTREAM_"))}
-    proc = start_proxy(port, upstream_url, list(extra), log=log, env={**clean, **(env or {})})
+    told = "--upstream-ubatch" in extra or "PROXY_UPSTREAM_UBATCH" in (env or {})
+    ubatch = UBATCH if upstream_url in _STARTED and not told else None
+    proc = start_proxy(port, upstream_url, list(extra), log=log, env={**clean, **(env or {})},
+                       ubatch=ubatch)
     try:
         wait_ready(f"http://127.0.0.1:{port}/metrics", proc, timeout_s=30,
                    why=lambda rc: f"the proxy exited with {rc}: {file_tail(log.name)[-2000:]}")

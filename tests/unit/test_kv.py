@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from proxy.kv import MAX_SMALL_CHUNK, Held, SlotBook, Step, after, plan
+from proxy.kv import MAX_SMALL_CHUNK, Held, SlotBook, Step, after, lone_last, plan, plan_prefix
 
 S = tuple(range(100, 110))         # a shared segment of 10 tokens
 Q = tuple(range(200, 206))         # a question of 6 tokens
@@ -134,3 +134,59 @@ async def test_a_book_of_some_slots_leases_only_those():
     book = SlotBook([1, 3])
     async with book.lease(()) as first, book.lease(()) as second:
         assert {first, second} == {1, 3}
+
+
+# -- the prefix scheme (a llama-server with -ub 63) --------------------------------------
+
+LONG = tuple(range(1000, 1300))    # 300 tokens: its last row alone is past 256 cells
+SHORT = tuple(range(1000, 1200))   # 200 tokens: every row within 256 cells
+
+
+@pytest.mark.parametrize("holds, prompt, steps", [
+    # nothing known, short: one request from position 0, the last row in it
+    (None, SHORT, [Step(200, False, 0, 200)]),
+    # nothing known, long: all but the last from position 0, then the last alone
+    (None, LONG, [Step(299, False, 0, 299), Step(300, True, 299, 1)]),
+    # another conversation with the same opening: llama-server's prefix is as good as cold
+    (Held(SHORT[:30] + (7,), 0), SHORT, [Step(200, True, 30, 170)]),
+    (Held(LONG[:100] + (7,), 0), LONG, [Step(299, True, 100, 199), Step(300, True, 299, 1)]),
+    # a replay, and a prompt held with more after it: the last row alone again
+    (Held(SHORT, 0), SHORT, [Step(200, True, 199, 1)]),
+    (Held(LONG, 0, lone_last=True), LONG, [Step(300, True, 299, 1)]),
+    (Held(LONG + (5, 6), 0), LONG, [Step(300, True, 299, 1)]),
+    # a longer prompt after a long read: its lone last row is dropped first
+    (Held(LONG[:280], 0, lone_last=True), LONG,
+     [Step(280, True, 279, 1, junk=0), Step(299, True, 279, 20), Step(300, True, 299, 1)]),
+    # ... a short read's last row was in the per-row kernel: kept
+    (Held(LONG[:200], 0), LONG, [Step(299, True, 200, 99), Step(300, True, 299, 1)]),
+    # a last piece of one token past 256 cells (64 = 63 + 1) is avoided: two rows first
+    (Held(LONG[:235], 0), LONG,
+     [Step(237, True, 235, 2), Step(299, True, 237, 62), Step(300, True, 299, 1)]),
+    # ... and when one row is all that is missing, the slot drops one more
+    (Held(LONG[:298], 0), LONG,
+     [Step(298, True, 297, 1, junk=0), Step(299, True, 297, 2), Step(300, True, 299, 1)]),
+])
+def test_plan_prefix(holds, prompt, steps):
+    assert plan_prefix(holds, prompt, 63) == steps
+
+
+def test_plan_prefix_counts_pieces_per_logical_batch():
+    prompt = tuple(range(5000, 5000 + 2050))  # 2049 rows before the last: 2048 + a piece of 1
+    steps = plan_prefix(None, prompt, 63)
+    assert steps == [Step(2, False, 0, 2), Step(2049, True, 2, 2047), Step(2050, True, 2049, 1)]
+
+
+@pytest.mark.parametrize("step, lone", [
+    (Step(300, True, 299, 1), True),     # the last row of a long read
+    (Step(200, True, 199, 1), False),    # within 256 cells: the per-row kernel
+    (Step(300, True, 236, 64), True),    # a last piece of one
+    (Step(300, True, 237, 63), False),
+])
+def test_lone_last(step, lone):
+    assert lone_last(step, 63) is lone
+
+
+@pytest.mark.parametrize("ubatch", [1, 64, 512])
+def test_the_prefix_scheme_needs_a_small_physical_batch(ubatch):
+    with pytest.raises(ValueError):
+        plan_prefix(None, SHORT, ubatch)

@@ -227,3 +227,46 @@ async def test_a_prompt_longer_than_a_slot_is_refused_with_both_counts():
     needed = int(re.search(r"the prompt needs (\d+) tokens", err.value.message).group(1))
     assert needed > 100 and "a llama-server slot holds 64" in err.value.message
     assert up.requests == []  # refused before anything was evaluated
+
+
+class CountingUpstream(RecordedUpstream):
+    """Counts the /tokenize calls of prompts (the label probe's are not counted)."""
+
+    def __init__(self, reads):
+        super().__init__(reads)
+        self.tokenized = 0
+
+    async def tokenize(self, text, special=False):
+        self.tokenized += special
+        return await super().tokenize(text, special)
+
+
+async def test_the_prefix_scheme_reads_a_new_conversation_in_one_request():
+    up = CountingUpstream([{49: -1.0, 51: -2.0}] * 2)
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    question = choice_question(["x", "y"])
+    await service.decide([{"role": "user", "content": "Ticket 1001: late parcel"}], question)
+    first = up.requests[:]
+    await service.decide([{"role": "user", "content": "Ticket 1002: charged twice"}], question)
+    (slot, sent, cache, reused, evaluated), = first  # one request, from position 0
+    assert (cache, reused, evaluated) == (False, 0, len(sent))
+    # the second conversation lands in the same slot and reuses the prefix it holds
+    (slot2, sent2, cache2, reused2, evaluated2), = up.requests[len(first):]
+    shared = common_prefix(sent, sent2)
+    assert (slot2, cache2, reused2, evaluated2) == (slot, True, shared, len(sent2) - shared)
+    assert shared == len("<|im_start|>user\nTicket 100")
+    assert up.tokenized == 2  # one /tokenize per new prompt: no segment tokenised apart
+
+
+async def test_the_prefix_scheme_reads_a_long_prompt_as_all_but_the_last_then_the_last():
+    up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 2)
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    question = choice_question(["x", "y"])
+    out = await service.decide([{"role": "user", "content": "w" * 400}], question)
+    (_, a, cache_a, _, eval_a), (_, b, cache_b, reused_b, eval_b) = up.requests
+    assert (len(a), cache_a, eval_a) == (len(b) - 1, False, len(b) - 1)
+    assert (cache_b, reused_b, eval_b) == (True, len(b) - 1, 1)
+    assert out.prompt_evaluated == len(b) and out.reads == 1
+    # a replay is one request that evaluates the last token again
+    await service.decide([{"role": "user", "content": "w" * 400}], question)
+    assert up.requests[-1][2:] == (True, len(b) - 1, 1) and len(up.requests) == 3
