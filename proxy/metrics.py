@@ -216,6 +216,10 @@ class Metrics:
             "semif_unrepeatable_reads",
             "Reads whose llama-server slot changed under them (a replay may differ)",
             registry=r)
+        self.repeatable = Gauge(
+            "semif_read_repeatable",
+            "1 when the self-check's reads of a known prompt agreed bit for bit, 0 when not "
+            "(summed over --workers)", ["model"], registry=r)
         self.decisions_active = Gauge(
             "semif_decisions_active", "Decision requests holding an admission slot", registry=r)
         self.decisions_queued = Gauge(

@@ -94,6 +94,14 @@ class ServedModels:
             service = self._services[model_id] = self._make(self._upstream.for_model(model_id))
         return service
 
+    def checks(self) -> dict[str, dict[str, object]]:
+        """Each model's repeatability self-check (decision/selfcheck.py) by model id: the
+        one model's, or a router's models that have answered a decision."""
+        if not self._router:
+            info = self._single._info
+            return {info.id if info else "": self._single.checked.as_json()}
+        return {model: s.checked.as_json() for model, s in self._services.items()}
+
     async def listed(self) -> tuple[Listed, ...]:
         """A router's models as ``/v1/models`` lists them (no model is loaded to learn it)."""
         body = await self._upstream.models_list()

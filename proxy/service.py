@@ -11,7 +11,9 @@ is known. Nothing is guessed: a label missing from the widest read is an error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
@@ -36,7 +38,8 @@ from .decision.prompt import (
     options_block,
     state_messages,
 )
-from .decision.question import Question
+from .decision.question import Question, choice_question
+from .decision.selfcheck import CHECK_OPTIONS, CHECK_TEXT, OTHER_TEXT, Check, compare
 from .decision.outcome import Outcome
 from .decision.readout import decide
 from .admission import Admission
@@ -81,12 +84,16 @@ class DecisionService:
     def __init__(
         self, upstream: Upstream, *, n_probs: int, question_fanout: int = 1,
         metrics: Metrics | None = None, admission: Admission | None = None,
-        worker: tuple[int, int] = (0, 1), ubatch: int = 0,
+        worker: tuple[int, int] = (0, 1), ubatch: int = 0, self_check: bool = False,
     ):
         self._upstream = upstream
         # llama-server's physical batch, when known and small enough for the prefix
         # scheme (proxy/kv.py); 0: the segment scheme
         self._ubatch = ubatch if 2 <= ubatch <= MAX_SMALL_CHUNK else 0
+        self._check = Check(self.scheme, None)
+        self._checking: asyncio.Task | None = None
+        self._self_check = self_check  # run check() when the slots are first counted
+        self._epoch = upstream.epoch if hasattr(upstream, "epoch") else 0
         self._worker = worker
         self._admission = admission or Admission(
             max_active=1 << 30, max_queued=0, deadline_s=3600.0, retry_after_s=1
@@ -143,6 +150,7 @@ class DecisionService:
                 sum(o.prompt_evaluated for _, o in reads), sum(o.reads for _, o in reads),
                 debias="cyclic", input_tokens=sum(o.tokens_in for _, o in reads),
                 rotations=tuple((s, o.decision.probabilities) for s, o in reads),
+                read_scheme=first.read_scheme, repeatable=first.repeatable,
             )
         if free is not None and question.kind != "score":
             weights, spent = await self._free_answer(free, question, template_kwargs)
@@ -281,7 +289,8 @@ class DecisionService:
         block, grammar = self._layout(question, names)
         convo = append_to_conversation(messages, block)
         ids = [tid for _, tid in labels]
-        tokens = await self._prompt(convo, block, kwargs) if _text_only(convo) else None
+        ubatch = self._ubatch  # this read's scheme, even if a self-check changes it meanwhile
+        tokens = await self._prompt(convo, block, kwargs, ubatch) if _text_only(convo) else None
         if tokens is not None and info.n_ctx and len(tokens[0]) >= info.n_ctx:
             raise InvalidRequest(
                 f"the prompt needs {len(tokens[0]) + 1} tokens (the answer's included); a "
@@ -290,8 +299,8 @@ class DecisionService:
         evaluated = reads = 0
         first: NextToken | None = None
         book = await self._book()
-        segment = (tokens[0] if self._ubatch else tokens[0][:tokens[1]]) if tokens else ()
-        async with book.lease(segment, by_prefix=bool(self._ubatch)) as slot:
+        segment = (tokens[0] if ubatch else tokens[0][:tokens[1]]) if tokens else ()
+        async with book.lease(segment, by_prefix=bool(ubatch)) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None
@@ -300,7 +309,8 @@ class DecisionService:
                         slot=slot)
                     spent = read.prompt_evaluated
                 else:
-                    read, spent = await self._repeatable(book, slot, *tokens, width, grammar)
+                    read, spent = await self._repeatable(book, slot, *tokens, width, grammar,
+                                                         ubatch)
                 if read.model != info.id:
                     return None
                 first = first or read
@@ -313,6 +323,8 @@ class DecisionService:
                         decide(question, logprobs), tuple(names), read.model,
                         first.prompt_tokens, evaluated, reads,
                         input_tokens=first.prompt_tokens * reads,
+                        read_scheme=self.scheme if tokens is not None else "chat",
+                        repeatable=self._check.repeatable if tokens is not None else False,
                     )
         missing = [label for label, tid in labels if tid not in read.logprobs]
         raise UpstreamBadResponse(
@@ -321,13 +333,12 @@ class DecisionService:
         )
 
     async def _repeatable(self, book: SlotBook, slot: int, prompt: tuple[int, ...], s_len: int,
-                          width: int, grammar: str) -> tuple[NextToken, int]:
+                          width: int, grammar: str, ubatch: int) -> tuple[NextToken, int]:
         """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
         and the tokens evaluated for it. A slot found changed under the read (llama-server
         reused other than expected) starts it again from a cold shared segment; if that
         happens twice, the read is made as it comes and counted as unrepeatable."""
         spent = 0
-        ubatch = self._ubatch
         for _attempt in range(2):
             steps = (plan_prefix(book.holds[slot], prompt, ubatch) if ubatch
                      else plan(book.holds[slot], s_len, prompt))
@@ -355,12 +366,14 @@ class DecisionService:
         return done.read, spent + done.read.prompt_evaluated
 
     async def _prompt(self, convo: list[dict[str, Any]], block: str,
-                      kwargs: Mapping[str, Any]) -> tuple[tuple[int, ...], int] | None:
+                      kwargs: Mapping[str, Any], ubatch: int
+                      ) -> tuple[tuple[int, ...], int] | None:
         """The prompt's tokens (as llama-server's chat endpoint would make them) and the
         length of its shared segment: the tokens it has in common with the text before
         the options block tokenised alone (whitespace before the block may tokenise
-        differently in context). Remembered; ``None`` when the template hides the block."""
-        key = orjson.dumps([convo, dict(kwargs)], option=orjson.OPT_SORT_KEYS)
+        differently in context); with the prefix scheme (``ubatch``), 0. Remembered;
+        ``None`` when the template hides the block."""
+        key = orjson.dumps([convo, dict(kwargs), ubatch], option=orjson.OPT_SORT_KEYS)
         known = self._prompts.get(key)
         if known is not None:
             return known
@@ -368,7 +381,7 @@ class DecisionService:
         at = rendered.rfind(block)
         if at <= 0:
             return None
-        if self._ubatch:  # the prefix scheme: no segment, one /tokenize
+        if ubatch:  # the prefix scheme: no segment, one /tokenize
             tokens = tuple(await self._upstream.tokenize(rendered, special=True))
             if len(tokens) < 2:
                 return None
@@ -396,7 +409,94 @@ class DecisionService:
             if self._slot_book is None:  # the first to get here after the await makes it
                 self._slot_book = SlotBook(worker_slots(total, *self._worker))
                 self._admission.limit_parallel(self._slot_book.size, self)
+                self._start_check()
+        epoch = getattr(self._upstream, "epoch", 0)
+        if epoch != self._epoch:  # llama-server came back: its slots and kernels are new
+            self._epoch = epoch
+            self._slot_book.forget()
+            self._start_check()
         return self._slot_book
+
+    # -- the self-check (decision/selfcheck.py) ----------------------------------
+
+    @property
+    def scheme(self) -> str:
+        """How prompts are evaluated (proxy/kv.py): ``prefix-<ub>`` or ``segment``."""
+        return f"prefix-{self._ubatch}" if self._ubatch else "segment"
+
+    @property
+    def checked(self) -> Check:
+        """The latest self-check (``repeatable`` None while none has finished)."""
+        return self._check
+
+    def _start_check(self) -> None:
+        if not self._self_check:
+            return
+        if self._checking is None or self._checking.done():
+            self._check = Check(self.scheme, None)
+            self._checking = asyncio.get_running_loop().create_task(self._check_in_turn())
+
+    async def _check_in_turn(self) -> None:
+        try:
+            check = await self.check()
+            if check.repeatable is False and self._ubatch:
+                log.warning("repeatable reads failed the self-check with the prefix scheme "
+                            "(%s); falling back to the segment scheme", check.detail)
+                self._ubatch = 0
+                self._slot_book.forget()
+                self._prompts.clear()  # remembered without their shared segment's length
+                check = await self.check()
+            self._check = check
+        except Exception as exc:  # noqa: BLE001 - a check that cannot run decides nothing
+            log.warning("the repeatability self-check could not run: %s", exc)
+            self._check = Check(self.scheme, None, f"not checked: {exc}")
+            return
+        if self._check.repeatable is False:
+            log.warning("repeatable reads failed the self-check (%s): answers say "
+                        "repeatable: false", self._check.detail)
+        if self._metrics and self._check.repeatable is not None:
+            self._metrics.repeatable.labels((await self.model()).id).set(
+                1.0 if self._check.repeatable else 0.0)
+
+    async def check(self) -> Check:
+        """Read the known prompt four ways (decision/selfcheck.py) with every slot of
+        this service leased, so that no decision runs beside the reads."""
+        scheme, ubatch = self.scheme, self._ubatch
+        kwargs = _NO_THINKING
+        question = choice_question(list(CHECK_OPTIONS))
+        info, labels = await self._labels(len(question.names), kwargs)
+        block, grammar = self._layout(question, tuple(label for label, _ in labels))
+        width = self._n_probs
+
+        async def tokens_of(text: str) -> tuple[tuple[int, ...], int]:
+            convo = append_to_conversation(state_messages(text), block)
+            found = await self._prompt(convo, block, kwargs, ubatch)
+            if found is None:
+                raise UpstreamBadResponse("the chat template hides the question")
+            return found
+
+        known, other, opening = [await tokens_of(t) for t in (CHECK_TEXT, OTHER_TEXT, "Hi.")]
+        book = await self._book()
+        reads = []
+        async with contextlib.AsyncExitStack() as stack:
+            slots = [await stack.enter_async_context(book.lease(())) for _ in range(book.size)]
+            a, b = slots[0], slots[-1]
+
+            async def read(slot: int, prompt: tuple[tuple[int, ...], int]) -> dict:
+                done, _ = await self._repeatable(book, slot, *prompt, width, grammar, ubatch)
+                return done.logprobs
+
+            book.holds[a] = None
+            reads.append(await read(a, known))
+            await read(a, other)
+            reads.append(await read(a, known))
+            reads.append(await read(a, known))
+            await read(b, opening)
+            reads.append(await read(b, known))
+        same, detail = compare(reads)
+        if len(slots) < 2:
+            detail += " (one slot: the other-slot read used the same one)"
+        return Check(scheme, same, detail, time.time())
 
     async def _labels(
         self, n: int, kwargs: Mapping[str, Any]

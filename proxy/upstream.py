@@ -120,6 +120,7 @@ class Upstream:
         self._base = settings.upstream_url.rstrip("/")
         self._retry_after = settings.retry_after_s
         self._down_since: float | None = None  # when llama-server stopped answering
+        self._comebacks = [0]  # shared by for_model's copies: times llama-server came back
         # Streams may run longer than one call; they are bounded between chunks instead.
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=settings.connect_timeout_s,
@@ -340,8 +341,15 @@ class Upstream:
                 "(its own log says why; under make run the supervisor starts it again). "
                 "Requests get 503 with Retry-After until it answers.", self._base, why)
 
+    @property
+    def epoch(self) -> int:
+        """How many times llama-server came back after being unreachable (a restart: its
+        slots are empty and its build may be another)."""
+        return self._comebacks[0]
+
     def _mark_up(self) -> None:
         if self._down_since is not None:
+            self._comebacks[0] += 1
             _log.info("llama-server at %s answers again, after %.1fs unreachable",
                       self._base, time.monotonic() - self._down_since)
             self._down_since = None

@@ -31,6 +31,8 @@ class Outcome:
     # every prompt sent, once per read (a widened read, rotations, a content-free read);
     # 0: prompt_tokens
     input_tokens: int = 0
+    read_scheme: str = ""  # how the prompt was evaluated: "prefix-63", "segment" (proxy/kv.py)
+    repeatable: bool | None = None  # the server's self-check (decision/selfcheck.py); None: not yet
 
     @property
     def tokens_in(self) -> int:

@@ -35,6 +35,10 @@ def semif_object(outcome: Outcome) -> dict[str, Any]:
         if outcome.debias_note:
             answer["debias_note"] = outcome.debias_note
     answer["prompt_format_version"] = PROMPT_FORMAT_VERSION
+    if outcome.read_scheme:
+        answer["read_scheme"] = outcome.read_scheme
+    if outcome.repeatable is not None:  # the server's self-check: unknown until it ran
+        answer["repeatable"] = outcome.repeatable
     return answer
 
 

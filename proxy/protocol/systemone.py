@@ -147,6 +147,10 @@ def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
                                      for s, p in outcome.rotations]
         answer["x_prompt_format_version"] = PROMPT_FORMAT_VERSION
         answer["x_prompt_tokens"] = outcome.prompt_tokens  # what a replay must tokenise to
+        if outcome.read_scheme:
+            answer["x_read_scheme"] = outcome.read_scheme
+        if outcome.repeatable is not None:  # the server's self-check: unknown until it ran
+            answer["x_repeatable"] = outcome.repeatable
         answers[qid] = answer
     return {
         "model": model,

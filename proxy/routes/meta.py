@@ -76,6 +76,7 @@ async def models(request: web.Request) -> web.StreamResponse:
     body["data"] = [*data, *extra]
     body["models"] = listing
     body["x_llama_build"] = build
+    body["x_repeatable"] = served.checks()  # the self-check of each model read so far
     return json_response(body)
 
 

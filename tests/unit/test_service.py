@@ -270,3 +270,53 @@ async def test_the_prefix_scheme_reads_a_long_prompt_as_all_but_the_last_then_th
     # a replay is one request that evaluates the last token again
     await service.decide([{"role": "user", "content": "w" * 400}], question)
     assert up.requests[-1][2:] == (True, len(b) - 1, 1) and len(up.requests) == 3
+
+
+SAME = {49: -0.5, 51: -1.25, 52: -2.0}
+MOVED = {49: -0.5, 51: -1.2500001, 52: -2.0}  # one float differs in its last digits
+
+
+async def test_the_self_check_passes_when_every_way_reads_the_same():
+    up = RecordedUpstream([SAME] * 6)  # four reads of the known prompt, two of others
+    check = await DecisionService(up, n_probs=8, ubatch=63).check()
+    assert (check.scheme, check.repeatable, check.detail) == ("prefix-63", True,
+                                                               "4 reads identical")
+    slots = [slot for slot, *_ in up.requests]
+    assert set(slots) == {0, 1}  # the other-slot read in the other slot
+
+
+@pytest.mark.parametrize("reads, way", [
+    ([SAME, SAME, MOVED, SAME, SAME, SAME], "after another conversation in the same slot"),
+    ([SAME, SAME, SAME, MOVED, SAME, SAME], "as a replay"),
+    ([SAME, SAME, SAME, SAME, SAME, MOVED], "in another slot"),
+])
+async def test_the_self_check_fails_on_a_server_whose_numbers_move(reads, way):
+    up = RecordedUpstream(reads)
+    check = await DecisionService(up, n_probs=8, ubatch=63).check()
+    assert check.repeatable is False
+    assert check.detail.startswith(f"the read {way} differs from the one from an unknown slot")
+    assert "largest log-probability change 1e-07" in check.detail
+
+
+async def test_a_failed_prefix_check_falls_back_to_the_segment_scheme_and_answers_say_so():
+    from proxy.metrics import Metrics
+
+    metrics = Metrics()
+    up = RecordedUpstream([SAME, SAME, MOVED, SAME, SAME, SAME] + [SAME] * 6 + [SAME])
+    service = DecisionService(up, n_probs=8, ubatch=63, metrics=metrics)
+    assert service.checked.repeatable is None
+    await service._check_in_turn()
+    assert (service.scheme, service.checked.repeatable) == ("segment", True)
+    assert metrics.repeatable.labels("smollm2")._value.get() == 1.0
+    out = await service.decide([{"role": "user", "content": "q"}],
+                               choice_question(list("xyz")))
+    assert (out.read_scheme, out.repeatable) == ("segment", True)
+
+
+async def test_answers_say_repeatable_false_when_the_check_failed():
+    up = RecordedUpstream([SAME, SAME, MOVED, SAME, SAME, SAME] + [MOVED] * 7)
+    service = DecisionService(up, n_probs=8)  # the segment scheme: nothing to fall back to
+    await service._check_in_turn()
+    out = await service.decide([{"role": "user", "content": "q"}],
+                               choice_question(list("xyz")))
+    assert (out.read_scheme, out.repeatable) == ("segment", False)
