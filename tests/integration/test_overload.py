@@ -1,6 +1,7 @@
 """Admit only what can be answered in time: a burst far beyond what a slow upstream can
 serve within the deadline gets 429 at once for the excess, and almost nothing admitted
-ends in 504. The upstream is the stand-in, 0.5 s per read, whatever the CPU."""
+ends in 504. The upstream is the stand-in, 1 s per read, whatever the CPU: long beside
+what the proxy itself spends, even on a slow or busy one."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ async def test_a_burst_is_refused_before_any_read_rather_than_timed_out(standin,
     leases one slot per decision), so fewer fit in the deadline when it has fewer."""
     standin.total_slots = slots
     settings = Settings(upstream_url=standin.url, max_active_decisions=16,
-                        max_queued_decisions=64, decision_deadline_s=2.0)
+                        max_queued_decisions=64, decision_deadline_s=4.0)
     async with TestClient(TestServer(create_app(settings))) as client:
         async def decide() -> tuple[int, str | None]:
             resp = await client.post("/v1/chat/completions", data=BODY,
@@ -39,8 +40,8 @@ async def test_a_burst_is_refused_before_any_read_rather_than_timed_out(standin,
             await resp.read()
             return resp.status, resp.headers.get("Retry-After")
 
-        standin.mode, standin.delay_s = "slow", 0.5
-        for _ in range(3):  # measured decision time: about 0.5 s
+        standin.mode, standin.delay_s = "slow", 1.0
+        for _ in range(3):  # measured decision time: about 1 s
             assert (await decide())[0] == 200
         results = await asyncio.gather(*(decide() for _ in range(256)))
     statuses = collections.Counter(status for status, _ in results)
