@@ -20,6 +20,11 @@ Three layouts of the real-time model (docs/sagemaker.md says which to use when):
   Learning Container, unchanged, its nginx moved to port 8082 (``SM_LLAMA_CPP_PORT``) so it
   does not collide with the proxy's 8080 or its own llama-server's 8081.
 
+In every layout llama-server's physical batch (``-ub``) is 63 on CPU instance types and the
+proxy is told so (``PROXY_UPSTREAM_UBATCH``): new conversations are then read in one request,
+bit for bit repeatable (docs/repeatability.md). GPU types keep llama-server's 512 and tell the
+proxy 0 (unknown).
+
 The endpoint scales on SageMaker's high-resolution ``ConcurrentRequestsPerModel`` (requests
 in flight or queued in the container), which follows work, not on invocations, whose cost
 varies a hundredfold with options and questions.
@@ -78,6 +83,17 @@ DLC_PORT = 8082  # the DLC's nginx: not the proxy's 8080, not the DLC's own llam
 DLC_MIN_STARTUP_S = 600  # the DLC's docs ask for ContainerStartupHealthCheckTimeout >= 600
 GPU_AMI = "al2023-ami-sagemaker-inference-gpu-4-1"  # a pinned driver for the CUDA images
 GPU_LAYERS = "999"  # every layer on the GPU
+# llama-server's physical batch (-ub), which the proxy is told (PROXY_UPSTREAM_UBATCH): 63 on
+# CPU, where the proxy then reads new conversations in one request, bit for bit repeatable
+# (docs/repeatability.md); on GPU llama-server's default 512 (large batches suit a GPU, and
+# the argument is about the CPU kernels) and 0 (unknown) for the proxy
+CPU_UBATCH = 63
+GPU_UBATCH = 512
+# llama-server's settings: LLAMA_ARG_<key> (the variable it reads itself, as our images
+# pass it on) and SM_LLAMA_CPP_<value> for the DLC, which turns SM_LLAMA_CPP_FOO_BAR=v into
+# --foo-bar v, so the value spells the long flag (-np is --parallel, -ub --ubatch-size)
+_DLC_NAMES = {"N_PARALLEL": "PARALLEL", "CTX_SIZE": "CTX_SIZE", "UBATCH": "UBATCH_SIZE",
+              "N_GPU_LAYERS": "N_GPU_LAYERS"}
 MIB = 1024 * 1024
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,55}$")  # leaves room for "-config"
 _SUMMARY = "Create or delete the sidecar's SageMaker endpoint, or run a Batch Transform job."
@@ -153,15 +169,27 @@ class Names:
         return cls(f"{name}-model", f"{name}-config", name, f"endpoint/{name}/variant/{VARIANT}")
 
 
+def ubatch(cfg: DeployConfig) -> tuple[int, int]:
+    """llama-server's -ub and what the proxy is told of it (PROXY_UPSTREAM_UBATCH)."""
+    return (GPU_UBATCH, 0) if cfg.gpu else (CPU_UBATCH, CPU_UBATCH)
+
+
+def proxy_environment(cfg: DeployConfig) -> dict[str, str]:
+    """What the proxy must know of llama-server's flags (in the single image, the
+    entrypoint hands it to the proxy)."""
+    return {"PROXY_UPSTREAM_UBATCH": str(ubatch(cfg)[1])}
+
+
 def llama_environment(cfg: DeployConfig) -> dict[str, str]:
     """llama-server's settings as our images read them (LLAMA_ARG_*) or the DLC does
-    (SM_LLAMA_CPP_*, each becoming a flag: SM_LLAMA_CPP_N_PARALLEL=4 is --n-parallel 4)."""
-    prefix = "SM_LLAMA_CPP_" if cfg.layout == "dlc" else "LLAMA_ARG_"
-    env = {f"{prefix}N_PARALLEL": str(cfg.parallel), f"{prefix}CTX_SIZE": str(cfg.ctx_size)}
+    (SM_LLAMA_CPP_*, each becoming a flag: SM_LLAMA_CPP_PARALLEL=4 is --parallel 4)."""
+    settings = {"N_PARALLEL": cfg.parallel, "CTX_SIZE": cfg.ctx_size, "UBATCH": ubatch(cfg)[0]}
     if cfg.gpu:
-        env[f"{prefix}N_GPU_LAYERS"] = GPU_LAYERS
-    if cfg.layout == "dlc":
-        env["SM_LLAMA_CPP_PORT"] = str(DLC_PORT)
+        settings["N_GPU_LAYERS"] = GPU_LAYERS
+    if cfg.layout != "dlc":
+        return {f"LLAMA_ARG_{key}": str(value) for key, value in settings.items()}
+    env = {f"SM_LLAMA_CPP_{_DLC_NAMES[key]}": str(value) for key, value in settings.items()}
+    env["SM_LLAMA_CPP_PORT"] = str(DLC_PORT)
     return env
 
 
@@ -169,14 +197,16 @@ def model_request(cfg: DeployConfig) -> dict[str, Any]:
     request: dict[str, Any] = {"ModelName": Names.of(cfg.name).model,
                                "ExecutionRoleArn": cfg.role}
     if cfg.layout == "single":
-        request["PrimaryContainer"] = {"Image": cfg.image, "ModelDataUrl": cfg.model_data,
-                                       "Environment": llama_environment(cfg)}
+        request["PrimaryContainer"] = {
+            "Image": cfg.image, "ModelDataUrl": cfg.model_data,
+            "Environment": {**llama_environment(cfg), **proxy_environment(cfg)}}
         return request
     upstream = f"http://127.0.0.1:{DLC_PORT}" if cfg.layout == "dlc" else cfg.upstream_url
     proxy = {
         "ContainerHostname": PROXY_HOSTNAME,
         "Image": cfg.proxy_image,
-        "Environment": {"PROXY_HOST": "0.0.0.0", "UPSTREAM_URL": upstream},
+        "Environment": {"PROXY_HOST": "0.0.0.0", "UPSTREAM_URL": upstream,
+                        **proxy_environment(cfg)},
     }
     llama_image = cfg.llama_image
     if cfg.layout == "dlc":

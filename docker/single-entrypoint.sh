@@ -9,6 +9,11 @@
 # - llama-server listens on 127.0.0.1 only, on LLAMA_ARG_PORT if set, else on the first
 #   port of SAGEMAKER_SAFE_PORT_RANGE ("XXXX-YYYY", where SageMaker says a container's
 #   extra ports go) that is not the proxy's, else on 8081. The proxy is told that port.
+# llama-server's physical batch (-ub) is LLAMA_ARG_UBATCH, 63 unless set: on CPU the proxy
+# then reads new conversations in one request, bit for bit repeatable
+# (docs/repeatability.md). The proxy is told the same value (PROXY_UPSTREAM_UBATCH), or 0
+# (unknown: the GPU setting, with LLAMA_ARG_UBATCH=512) when PROXY_UPSTREAM_UBATCH=0 says
+# so; any other PROXY_UPSTREAM_UBATCH than llama-server's -ub is refused.
 # Everything else is configured as in the two images: LLAMA_ARG_* and LLAMA_MODEL_DIR for
 # llama-server (docker/llama-entrypoint.sh), PROXY_* for the proxy.
 # Tests run it outside a container: SUPERVISORD, SEMIF_SUPERVISOR_CONF,
@@ -40,12 +45,27 @@ if [ "$llama_port" = "$proxy_port" ]; then
     exit 64
 fi
 
+llama_ubatch="${LLAMA_ARG_UBATCH:-63}"
+case "$llama_ubatch" in
+    "" | 0* | *[!0-9]*)
+        echo "single-entrypoint: LLAMA_ARG_UBATCH=$llama_ubatch is not a batch size" >&2
+        exit 64 ;;
+esac
+proxy_ubatch="${PROXY_UPSTREAM_UBATCH:-$llama_ubatch}"
+if [ "$proxy_ubatch" != 0 ] && [ "$proxy_ubatch" != "$llama_ubatch" ]; then
+    echo "single-entrypoint: PROXY_UPSTREAM_UBATCH=$proxy_ubatch, but llama-server's -ub" \
+         "is $llama_ubatch (LLAMA_ARG_UBATCH); set it to that, or 0 for unknown" >&2
+    exit 64
+fi
+
 SEMIF_RUN_DIR="${SEMIF_RUN_DIR:-/tmp}"
 SEMIF_LLAMA_COMMAND="env -u SAGEMAKER_BIND_TO_PORT LLAMA_ARG_HOST=127.0.0.1 \
-LLAMA_ARG_PORT=$llama_port ${SEMIF_LLAMA_ENTRYPOINT:-/usr/local/bin/llama-entrypoint.sh}"
+LLAMA_ARG_PORT=$llama_port LLAMA_ARG_UBATCH=$llama_ubatch \
+${SEMIF_LLAMA_ENTRYPOINT:-/usr/local/bin/llama-entrypoint.sh}"
 SEMIF_PROXY_COMMAND="env PROXY_PORT=$proxy_port UPSTREAM_URL=http://127.0.0.1:$llama_port \
-${SEMIF_PROXY_ENTRYPOINT:-/usr/local/bin/proxy-entrypoint.sh}"
+PROXY_UPSTREAM_UBATCH=$proxy_ubatch ${SEMIF_PROXY_ENTRYPOINT:-/usr/local/bin/proxy-entrypoint.sh}"
 export SEMIF_RUN_DIR SEMIF_LLAMA_COMMAND SEMIF_PROXY_COMMAND
 
-echo "single-entrypoint: proxy on port $proxy_port, llama-server on 127.0.0.1:$llama_port" >&2
+echo "single-entrypoint: proxy on port $proxy_port, llama-server on 127.0.0.1:$llama_port" \
+     "with -ub $llama_ubatch (the proxy told $proxy_ubatch)" >&2
 exec "${SUPERVISORD:-supervisord}" -c "${SEMIF_SUPERVISOR_CONF:-/etc/semif/supervisord.conf}"

@@ -191,8 +191,14 @@ def test_the_gpu_overlay_gives_llama_server_a_gpu_and_the_cuda_build():
     assert gpu["llama"]["image"] == "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
     assert gpu["llama"]["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert env(gpu["llama"])["LLAMA_ARG_N_GPU_LAYERS"] == "999"
-    assert env(gpu["llama"]).items() >= env(cpu["llama"]).items()  # the rest kept
-    assert gpu["proxy"] == cpu["proxy"]
+    # large batches on a GPU (llama-server's default -ub), and the proxy told 0 (unknown)
+    assert env(gpu["llama"])["LLAMA_ARG_UBATCH"] == "512"
+    assert env(gpu["proxy"])["PROXY_UPSTREAM_UBATCH"] == "0"
+    kept = {k: v for k, v in env(cpu["llama"]).items() if k != "LLAMA_ARG_UBATCH"}
+    assert env(gpu["llama"]).items() >= kept.items()  # the rest kept
+    proxy_env = {k: v for k, v in env(cpu["proxy"]).items() if k != "PROXY_UPSTREAM_UBATCH"}
+    assert env(gpu["proxy"]).items() >= proxy_env.items()
+    assert {**gpu["proxy"], "env": None} == {**cpu["proxy"], "env": None}
     spec = one(render("overlays/gpu"), "Deployment")["spec"]["template"]["spec"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"]

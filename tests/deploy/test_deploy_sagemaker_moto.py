@@ -168,9 +168,11 @@ def test_the_single_image_is_one_container_that_callers_need_not_name(clients: C
     container = clients("sagemaker").describe_model(ModelName=f"{NAME}-model")["PrimaryContainer"]
     assert container["Image"] == SINGLE_IMAGE
     assert container["ModelDataUrl"] == "s3://bucket/semif/model.tar.gz"
-    # ml.g4dn is a GPU type: every layer offloaded, on an AMI with a pinned driver
+    # ml.g4dn is a GPU type: every layer offloaded, on an AMI with a pinned driver, llama-server's
+    # -ub at its default 512 and the proxy told 0 (unknown)
     assert container["Environment"] == {"LLAMA_ARG_N_PARALLEL": "4", "LLAMA_ARG_CTX_SIZE": "32768",
-                                        "LLAMA_ARG_N_GPU_LAYERS": "999"}
+                                        "LLAMA_ARG_N_GPU_LAYERS": "999", "LLAMA_ARG_UBATCH": "512",
+                                        "PROXY_UPSTREAM_UBATCH": "0"}
     variant = clients.create_endpoint_config[-1]["ProductionVariants"][0]
     assert variant["InferenceAmiVersion"] == deploy.GPU_AMI
 
@@ -188,10 +190,14 @@ def test_the_llama_cpp_dlc_runs_unchanged_beside_the_proxy(clients: Clients, ins
     # the DLC's nginx on its own port: not the proxy's 8080, not the DLC's llama-server's 8081
     assert env["SM_LLAMA_CPP_PORT"] == "8082"
     assert proxy["Environment"]["UPSTREAM_URL"] == "http://127.0.0.1:8082"
-    assert (env["SM_LLAMA_CPP_N_PARALLEL"], env["SM_LLAMA_CPP_CTX_SIZE"]) == ("4", "32768")
+    # SM_LLAMA_CPP_FOO_BAR=v becomes --foo-bar v: llama-server's long flags (-np is --parallel)
+    assert (env["SM_LLAMA_CPP_PARALLEL"], env["SM_LLAMA_CPP_CTX_SIZE"]) == ("4", "32768")
     assert not any(key.startswith("LLAMA_ARG_") for key in env)  # the DLC reads SM_LLAMA_CPP_*
     gpu = instance.startswith("ml.g")
     assert ("SM_LLAMA_CPP_N_GPU_LAYERS" in env) == gpu
+    # --ubatch-size 63 on CPU, told to the proxy; on GPU 512 and the proxy told 0 (unknown)
+    assert (env["SM_LLAMA_CPP_UBATCH_SIZE"], proxy["Environment"]["PROXY_UPSTREAM_UBATCH"]) == (
+        ("512", "0") if gpu else ("63", "63"))
     variant = clients.create_endpoint_config[-1]["ProductionVariants"][0]
     assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] >= 600  # the DLC's docs
     assert ("InferenceAmiVersion" in variant) == gpu

@@ -41,8 +41,10 @@ def endpoint(tmp_path_factory, logs_dir):
                  "LLAMA_SERVER_BIN": str(binary), "LD_LIBRARY_PATH": str(binary.parent),
                  "LLAMA_MODEL_DIR": str(model_dir), "LLAMA_ARG_HOST": "127.0.0.1",
                  "LLAMA_ARG_PORT": str(llama_port), "LLAMA_ARG_N_PARALLEL": "4",
-                 "LLAMA_ARG_CTX_SIZE": "32768"}
-    proxy_env = _proxy_env(f"http://127.0.0.1:{llama_port}", proxy_port)
+                 "LLAMA_ARG_CTX_SIZE": "32768", "LLAMA_ARG_UBATCH": "63"}
+    # told llama-server's -ub, as python -m deploy tells it on CPU instance types
+    proxy_env = {**_proxy_env(f"http://127.0.0.1:{llama_port}", proxy_port),
+                 "PROXY_UPSTREAM_UBATCH": "63"}
     with contextlib.ExitStack() as started:  # whatever started is stopped, also on a failed start
         logs = [started.enter_context(open(logs_dir / f"sm-{name}.log", "ab"))
                 for name in ("llama", "proxy")]

@@ -32,6 +32,12 @@ def children(pid: int) -> dict[str, int]:
     return named
 
 
+def environ(pid: int) -> dict[str, str]:
+    """The environment a process was started with."""
+    entries = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(e.split("=", 1) for e in entries if "=" in e)
+
+
 def status(url: str) -> int | None:
     try:
         return httpx.get(url, timeout=2).status_code
@@ -101,6 +107,21 @@ def test_both_processes_serve_sagemakers_contract_on_its_ports(single):
                        headers={"Content-Type": "application/jsonlines"}, timeout=120)
     assert lines.status_code == 200 and len(lines.text.splitlines()) == 2
     assert set(children(proc.pid)) == {"llama", "proxy"}
+
+
+def test_llama_server_runs_with_ub_63_and_the_proxy_is_told_so(single):
+    proc, url, _, _ = single
+    pids = children(proc.pid)
+    # the image's default: the proxy reads new conversations in one request, bit for bit
+    # repeatable (docs/repeatability.md), as make run does
+    assert environ(pids["llama"])["LLAMA_ARG_UBATCH"] == "63"
+    assert environ(pids["proxy"])["PROXY_UPSTREAM_UBATCH"] == "63"
+    first = httpx.post(url + "/invocations", json=S1, timeout=120)
+    again = httpx.post(url + "/invocations", json=S1, timeout=120)
+    assert first.status_code == again.status_code == 200
+    # the same probabilities (what was read from the cache may differ)
+    (a, b) = (r.json()["answers"]["late"] for r in (first, again))
+    assert (a["noul"], a["x_label_mass"]) == (b["noul"], b["x_label_mass"])
 
 
 def test_a_llama_server_crash_restarts_it_and_never_the_proxy(single):
