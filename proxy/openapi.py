@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from . import __version__
-from .decision.prompt import PROMPT_FORMAT_VERSION
+from .decision.prompt import LAYOUTS, PROMPT_FORMAT_VERSION, PROMPT_FORMAT_VERSIONS
 from .decision.question import MAX_LEVELS, MAX_OPTIONS, MIN_LEVELS, MIN_OPTIONS
 from .protocol import decisions, systemone
 from .protocol.semif import SemifSpec
@@ -155,15 +155,20 @@ def _answers(schemas: dict[str, Schema]) -> None:
     facts = {"label_mass": {"type": "number", "minimum": 0},
              "reads": {"type": "integer", "minimum": 1},
              "prompt_format_version": {"const": PROMPT_FORMAT_VERSION}}
+    chat_facts = {**facts, "prompt_format_version": {"enum": sorted(
+        set(PROMPT_FORMAT_VERSIONS.values()))}}
     labels = {"type": "object", "additionalProperties": {"type": "string"}}
     chat, s1 = [], []
     for kind, answer in core.items():
         c, s = copy.deepcopy(answer), copy.deepcopy(answer)
-        c["properties"].update(facts, labels=labels)
+        c["properties"].update(chat_facts, labels=labels, layout={"enum": list(LAYOUTS)},
+                               read_scheme={"type": "string"}, repeatable={"type": "boolean"})
         c["required"] += [*facts, "labels"] + (["probabilities"] if kind == "noul" else [])
         if kind == "noul":
             c["properties"]["probabilities"] = probs
-        s["properties"].update({f"x_{k}": v for k, v in facts.items()})
+        s["properties"].update({f"x_{k}": v for k, v in facts.items()},
+                               x_read_scheme={"type": "string"},
+                               x_repeatable={"type": "boolean"})
         s["required"] += [f"x_{k}" for k in facts]
         chat.append(c)
         s1.append(s)
@@ -412,8 +417,9 @@ def openapi_document() -> Schema:
     return {
         "openapi": "3.1.0",
         "info": {"title": "semif-sidecar", "version": __version__,
-                 "description": f"Decisions read from llama-server's next-token scores; "
-                                f"prompt_format_version {PROMPT_FORMAT_VERSION}."},
+                 "description": "Decisions read from llama-server's next-token scores; "
+                                "prompt_format_version "
+                                f"{', '.join(sorted(set(PROMPT_FORMAT_VERSIONS.values())))}."},
         "paths": _paths(),
         "components": {
             "schemas": schemas,

@@ -80,13 +80,22 @@ class ProfileStore:
         except (profiles.ProfileError, OSError) as err:
             raise ProfileRefused(str(err), param=param) from err
 
-    def check(self, profile: profiles.Profile, info: ModelInfo, *, param: str) -> None:
-        """Refuse a profile fitted for another model or prompt format; warn (once per
-        profile and build) when it was fitted on another llama.cpp build."""
+    def check(self, profile: profiles.Profile, info: ModelInfo, *, param: str,
+              version: str = PROMPT_FORMAT_VERSION, scheme: str = "") -> None:
+        """Refuse a profile fitted for another model or prompt format (the request's
+        layout); warn (once per profile and build, or read scheme) when it was fitted on
+        another llama.cpp build or read scheme: the numbers can differ slightly."""
         try:
-            profiles.check_compatible(profile, info.id, PROMPT_FORMAT_VERSION)
+            profiles.check_compatible(profile, info.id, version)
         except profiles.ProfileMismatch as err:
             raise ProfileRefused(str(err), param=param) from err
+        if (profile.read_scheme and scheme and profile.read_scheme != scheme
+                and (seen := (profile.name, profile.read_scheme, scheme)) not in self._warned):
+            self._warned.add(seen)
+            _log.warning(
+                "calibration profile %r was fitted on reads of the %s scheme and is applied "
+                "on %s: the numbers can differ slightly; refit it (docs/calibration.md)",
+                profile.name, profile.read_scheme, scheme)
         if profiles.other_build(profile, info.build) and (
                 (seen := (profile.name, profile.llama_build, info.build)) not in self._warned):
             self._warned.add(seen)

@@ -33,7 +33,9 @@ from .decision.prompt import (
     ANSWER_INSTRUCTION,
     CONTENT_FREE,
     answer_context,
+    DEFAULT_LAYOUT,
     append_to_conversation,
+    lay_out,
     content_free,
     options_block,
     state_messages,
@@ -119,28 +121,30 @@ class DecisionService:
     async def decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         template_kwargs: Mapping[str, Any] | None = None, *, debias: Sequence[int] = (),
-        contextual: bool = False,
+        contextual: bool = False, layout: str = DEFAULT_LAYOUT,
     ) -> Outcome:
-        """One question asked at the end of a conversation. ``debias``: the cyclic
-        shifts of the options to read and average (empty: one read as given);
-        ``contextual``: divide out the answer to the same question about a content-free
-        last user turn (decision/debias.py)."""
+        """One question asked about a conversation, in ``layout`` (decision/prompt.py).
+        ``debias``: the cyclic shifts of the options to read and average (empty: one read
+        as given); ``contextual``: divide out the answer to the same question about a
+        content-free last user turn (decision/debias.py)."""
         if self._metrics:
             after_reply(self._metrics.questions.observe, 1)
         free = content_free(messages) if contextual else None
         async with self._admission.admit():
-            return await self._decide(messages, question, template_kwargs, debias, free)
+            return await self._decide(messages, question, template_kwargs, debias, free,
+                                      layout)
 
     async def _decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         template_kwargs: Mapping[str, Any] | None, debias: Sequence[int],
-        free: Sequence[Mapping[str, Any]] | None = None,
+        free: Sequence[Mapping[str, Any]] | None = None, layout: str = DEFAULT_LAYOUT,
     ) -> Outcome:
         if list(debias) in ([], [0]) or question.kind == "score":
-            outcome = await self._decide_once(messages, question, template_kwargs)
+            outcome = await self._decide_once(messages, question, template_kwargs, layout)
         else:
             # one after another: each rotation reuses the KV of everything before the options
-            reads = [(s, await self._decide_once(messages, rotate(question, s), template_kwargs))
+            reads = [(s, await self._decide_once(messages, rotate(question, s), template_kwargs,
+                                                 layout))
                      for s in debias]
             first = reads[0][1]
             outcome = Outcome(
@@ -150,10 +154,10 @@ class DecisionService:
                 sum(o.prompt_evaluated for _, o in reads), sum(o.reads for _, o in reads),
                 debias="cyclic", input_tokens=sum(o.tokens_in for _, o in reads),
                 rotations=tuple((s, o.decision.probabilities) for s, o in reads),
-                read_scheme=first.read_scheme, repeatable=first.repeatable,
+                read_scheme=first.read_scheme, repeatable=first.repeatable, layout=layout,
             )
         if free is not None and question.kind != "score":
-            weights, spent = await self._free_answer(free, question, template_kwargs)
+            weights, spent = await self._free_answer(free, question, template_kwargs, layout)
             outcome = replace(outcome, decision=divide_out(outcome.decision, weights),
                               reads=outcome.reads + (spent.reads if spent else 0),
                               prompt_evaluated=outcome.prompt_evaluated + (
@@ -166,18 +170,18 @@ class DecisionService:
 
     async def _free_answer(
         self, free: Sequence[Mapping[str, Any]], question: Question,
-        template_kwargs: Mapping[str, Any] | None,
+        template_kwargs: Mapping[str, Any] | None, layout: str,
     ) -> tuple[tuple[float, ...], Outcome | None]:
         """The probabilities the model gives the question's options about a content-free
         input, and the read that took them (None when remembered): read once per question
         template, then remembered."""
         key = orjson.dumps([free, question.kind, question.names, question.shown,
                             question.instructions, question.temperature,
-                            dict(template_kwargs or {})], option=orjson.OPT_SORT_KEYS)
+                            dict(template_kwargs or {}), layout], option=orjson.OPT_SORT_KEYS)
         known = self._content_free.get(key)
         if known is not None:
             return known, None
-        read = await self._decide_once(free, question, template_kwargs)
+        read = await self._decide_once(free, question, template_kwargs, layout)
         weights = tuple(max(p, _LEAST_WEIGHT) for p in read.decision.probabilities)
         if len(key) <= _MAX_PROMPT_KEY:
             _remember(self._content_free, key, weights, _MAX_CONTENT_FREE)
@@ -185,12 +189,12 @@ class DecisionService:
 
     async def _decide_once(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
-        template_kwargs: Mapping[str, Any] | None,
+        template_kwargs: Mapping[str, Any] | None, layout: str = DEFAULT_LAYOUT,
     ) -> Outcome:
         kwargs = {"enable_thinking": False, **template_kwargs} if template_kwargs else _NO_THINKING
         for _attempt in range(2):
             info, labels = await self._labels(len(question.names), kwargs)
-            outcome = await self._read(messages, question, labels, kwargs, info)
+            outcome = await self._read(messages, question, labels, kwargs, info, layout)
             if outcome is not None:
                 return outcome
             self._forget()  # another model answered: verify labels again, once
@@ -279,6 +283,7 @@ class DecisionService:
     async def _read(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         labels: Sequence[tuple[str, int]], kwargs: Mapping[str, Any], info: ModelInfo,
+        layout: str = DEFAULT_LAYOUT,
     ) -> Outcome | None:
         """The read, or ``None`` when a model other than ``info``'s answered it.
 
@@ -287,7 +292,7 @@ class DecisionService:
         through llama-server's chat endpoint, which renders them itself."""
         names = tuple(label for label, _ in labels)
         block, grammar = self._layout(question, names)
-        convo = append_to_conversation(messages, block)
+        convo = lay_out(messages, block, layout)
         ids = [tid for _, tid in labels]
         ubatch = self._ubatch  # this read's scheme, even if a self-check changes it meanwhile
         tokens = await self._prompt(convo, block, kwargs, ubatch) if _text_only(convo) else None
@@ -325,6 +330,7 @@ class DecisionService:
                         input_tokens=first.prompt_tokens * reads,
                         read_scheme=self.scheme if tokens is not None else "chat",
                         repeatable=self._check.repeatable if tokens is not None else False,
+                        layout=layout,
                     )
         missing = [label for label, tid in labels if tid not in read.logprobs]
         raise UpstreamBadResponse(

@@ -43,10 +43,11 @@ __all__ = ["LLAMA_FLAGS", "UBATCH", "ServerExited", "Supervised", "answers", "fi
 
 # 4 slots with 8192 tokens each: room for 255 options, concurrent decisions and
 # prompt-cache reuse per slot; physical batches of 63 tokens, so that any prefix a slot
-# holds reads as a cold one would (docs/repeatability.md); --metrics so Prometheus can
-# scrape llama-server too.
+# holds reads as a cold one would (docs/repeatability.md); no host-memory prompt cache,
+# which would move saved states between slots under the proxy's reads; --metrics so
+# Prometheus can scrape llama-server too.
 UBATCH = 63
-LLAMA_FLAGS = ["-np", "4", "-c", "32768", "-ub", str(UBATCH), "--metrics"]
+LLAMA_FLAGS = ["-np", "4", "-c", "32768", "-ub", str(UBATCH), "-cram", "0", "--metrics"]
 ROOT = Path(__file__).resolve().parent.parent
 _BACKOFF_S = (1, 2, 4, 8, 16)
 _STABLE_S = 60.0   # a process up this long has recovered: its crash count starts again

@@ -102,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def read_scheme_of(readings: Sequence[Reading]) -> str:
+    """The read scheme the proxy reported ("" when it did not, or when it changed
+    during the run: then the profile records none and is never warned about)."""
+    schemes = {r.read_scheme for r in readings if r.read_scheme}
+    return schemes.pop() if len(schemes) == 1 else ""
+
+
 def prompt_format_of(readings: Sequence[Reading]) -> str:
     """The prompt format version the proxy reported; all answers must agree."""
     versions = {r.prompt_format_version for r in readings if r.prompt_format_version}
@@ -169,7 +176,7 @@ def fit_profile(
     threshold_share: float = THRESHOLD_SHARE, label_mass_floor: float | None = None,
     methods: Sequence[str] = ("temperature", *EXTRA_METHODS), debias: str | None = None,
     plain: Sequence[Labelled] | None = None, created: str | None = None, llama_build: str = "",
-    position_prior: Priors | None = None,
+    position_prior: Priors | None = None, read_scheme: str = "",
 ) -> Fitted:
     """Fit on ``readings`` (the debiased ones when ``debias`` is set; ``plain`` then holds the
     same items read without debiasing, fitted on the same split and folds for the report)."""
@@ -196,7 +203,7 @@ def fit_profile(
                             fit.threshold_on_test()),
         debias=debias, n_items=len(readings), folds=folds, seed=seed, metrics=metrics,
         llama_build=llama_build, label_mass_floor=fit.label_mass_floor,
-        position_prior=position_prior or {},
+        position_prior=position_prior or {}, read_scheme=read_scheme,
     )
     return Fitted(profile, fit, plain_fit)
 
@@ -272,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             threshold_share=args.threshold_share, label_mass_floor=args.label_mass_floor,
             folds=args.folds, seed=args.seed, methods=methods, debias=args.debias,
             plain=[r.labelled for r in plain] if debiased else None, llama_build=build,
-            position_prior=priors)
+            position_prior=priors, read_scheme=read_scheme_of([*plain, *extra]))
     except (ValueError, ReadError, OSError) as exc:  # DataError and ProfileError are ValueErrors
         kind = "data" if isinstance(exc, DataError) else "error"
         print(f"calibrate: {kind}: {exc}", file=sys.stderr)

@@ -141,6 +141,7 @@ class Profile:
     seed: int = 0
     metrics: Mapping[str, Any] = field(default_factory=dict)
     llama_build: str = ""  # llama-server's /props build_info when fitted ("" if not known)
+    read_scheme: str = ""  # how the fitted answers were read ("prefix-63", "segment"; "": unknown)
     label_mass_floor: float = 0.0  # below it an answer goes to review
     # PriDe: kind -> option count -> the prior over positions (debias "pride")
     position_prior: Mapping[str, Mapping[int, tuple[float, ...]]] = field(default_factory=dict)
@@ -162,6 +163,7 @@ class Profile:
             "model": self.model,
             "prompt_format_version": self.prompt_format_version,
             "llama_build": self.llama_build,
+            "read_scheme": self.read_scheme,
             "data_sha256": self.data_sha256,
             "n_items": self.n_items,
             "folds": self.folds,
@@ -269,14 +271,16 @@ def _from_json(data: Any) -> Profile:
     for key in ("name", "model", "prompt_format_version", "created", "data_sha256"):
         if not isinstance(data[key], str):
             raise ProfileInvalid(f"{key} must be a string")
-    if not isinstance(data.get("llama_build", ""), str):
-        raise ProfileInvalid("llama_build must be a string")
+    for key in ("llama_build", "read_scheme"):
+        if not isinstance(data.get(key, ""), str):
+            raise ProfileInvalid(f"{key} must be a string")
     return Profile(
         name=data["name"], model=data["model"], prompt_format_version=data["prompt_format_version"],
         created=data["created"], data_sha256=data["data_sha256"], calibration=calibration,
         threshold=threshold, debias=data.get("debias"), n_items=int(data.get("n_items", 0)),
         folds=int(data.get("folds", 0)), seed=int(data.get("seed", 0)),
         metrics=dict(data.get("metrics") or {}), llama_build=data.get("llama_build", ""),
+        read_scheme=data.get("read_scheme", ""),
         label_mass_floor=_number(data.get("label_mass_floor", 0.0), "label_mass_floor",
                                  lo=0, hi=1),
         position_prior=priors,

@@ -40,6 +40,7 @@ class Reading:
     reads: int | None  # upstream reads the proxy needed (x_reads), when it says
     label_mass: float | None = None  # x_label_mass
     rotations: tuple[tuple[float, ...], ...] = ()  # cyclic: each shift's, by position shown
+    read_scheme: str | None = None  # x_read_scheme: how the proxy evaluated the prompt
 
     @property
     def labelled(self) -> Labelled:
@@ -99,7 +100,8 @@ def _reading(item: Item, body: dict[str, Any]) -> Reading:
     return Reading(item.kind, probs, item.gold, answer.get("x_prompt_format_version"),
                    answer.get("x_reads"), None if mass is None else float(mass),
                    tuple(tuple(float(p) for p in r["by_position"])
-                         for r in answer.get("x_rotations") or ()))
+                         for r in answer.get("x_rotations") or ()),
+                   answer.get("x_read_scheme"))
 
 
 def _read_one(client: httpx.Client, item: Item, extra: dict[str, Any]) -> Reading:

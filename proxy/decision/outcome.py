@@ -33,6 +33,7 @@ class Outcome:
     input_tokens: int = 0
     read_scheme: str = ""  # how the prompt was evaluated: "prefix-63", "segment" (proxy/kv.py)
     repeatable: bool | None = None  # the server's self-check (decision/selfcheck.py); None: not yet
+    layout: str = "conversation_first"  # decision/prompt.py's LAYOUTS (System One: state first)
 
     @property
     def tokens_in(self) -> int:

@@ -3,12 +3,20 @@
 The wording is pinned by ``PROMPT_FORMAT_VERSION`` and echoed in every answer,
 so a probability can be reproduced. Change the wording, bump the version.
 
-A chat request keeps the caller's conversation and gets the options block
-appended to its last user message (or as a new user message when the
-conversation does not end with one). The block always ends with
-``ANSWER_INSTRUCTION``; what the chat template puts after it (end of turn,
-assistant header, an empty thinking block) is the *answer context* in which
-labels are checked to be single tokens.
+A chat request keeps the caller's conversation and gets the options block in one
+of two layouts (``semif.layout``), each with its own ``PROMPT_FORMAT_VERSIONS``:
+
+- ``conversation_first`` (semif-1): the options block appended to its last user
+  message (or as a new user message when the conversation does not end with one);
+- ``options_first`` (semif-2): the options block as a system turn before the
+  conversation (the caller's own system text after it), and only the answer
+  instruction after the last user message. The fixed part of a classifier (its
+  instructions and options) is then a prefix every request shares, which a
+  llama-server slot keeps; the conversation is all that is new.
+
+Either way the prompt ends with ``ANSWER_INSTRUCTION``; what the chat template puts
+after it (end of turn, assistant header, an empty thinking block) is the *answer
+context* in which labels are checked to be single tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +30,11 @@ __all__ = [
     "CONTENT_FREE",
     "content_free",
     "PROMPT_FORMAT_VERSION",
+    "LAYOUTS",
+    "DEFAULT_LAYOUT",
+    "PROMPT_FORMAT_VERSIONS",
+    "lay_out",
+    "options_first",
     "ANSWER_INSTRUCTION",
     "options_block",
     "append_to_conversation",
@@ -35,7 +48,10 @@ __all__ = [
 
 CONTENT_FREE = "N/A"  # the content-free input of contextual calibration (Zhao et al.)
 
-PROMPT_FORMAT_VERSION = "semif-1"
+PROMPT_FORMAT_VERSION = "semif-1"  # System One, Decisions, rerank and conversation_first
+LAYOUTS = ("conversation_first", "options_first")
+DEFAULT_LAYOUT = "conversation_first"  # chosen from bench/layouts.py (docs/performance.md)
+PROMPT_FORMAT_VERSIONS = {"conversation_first": PROMPT_FORMAT_VERSION, "options_first": "semif-2"}
 ANSWER_INSTRUCTION = "Answer with the label of the best option only."
 STATE_HEADER = "Read the following and answer the question after it."
 # rerank (protocol/rerank.py): the query is the state, read once; each document is asked
@@ -79,6 +95,27 @@ def append_to_conversation(
             return out
     out.append({"role": "user", "content": block})
     return out
+
+
+def options_first(
+    messages: Sequence[dict[str, Any]], block: str
+) -> list[dict[str, Any]]:
+    """A copy of ``messages`` with ``block`` as the first system turn (before the caller's
+    own system text, in the same turn) and ``ANSWER_INSTRUCTION`` after the last user
+    turn's text. The caller's list and dicts are left untouched."""
+    out = [dict(m) for m in messages]
+    if out and out[0].get("role") == "system" and isinstance(out[0].get("content"), str):
+        out[0]["content"] = f"{block}\n\n{out[0]['content']}" if out[0]["content"] else block
+    else:
+        out.insert(0, {"role": "system", "content": block})
+    return append_to_conversation(out, ANSWER_INSTRUCTION)
+
+
+def lay_out(messages: Sequence[dict[str, Any]], block: str, layout: str) -> list[dict[str, Any]]:
+    """The conversation a question is read in, in ``layout`` (one of ``LAYOUTS``)."""
+    if layout == "options_first":
+        return options_first(messages, block)
+    return append_to_conversation(messages, block)
 
 
 def answer_context(rendered_prompt: str) -> str:

@@ -7,7 +7,7 @@ import random
 import time
 from typing import Any
 
-from ..decision.prompt import PROMPT_FORMAT_VERSION
+from ..decision.prompt import PROMPT_FORMAT_VERSIONS
 from ..decision.readout import system_one_answer
 from ..decision.outcome import Outcome
 
@@ -34,7 +34,8 @@ def semif_object(outcome: Outcome) -> dict[str, Any]:
         answer["debias"] = outcome.debias
         if outcome.debias_note:
             answer["debias_note"] = outcome.debias_note
-    answer["prompt_format_version"] = PROMPT_FORMAT_VERSION
+    answer["prompt_format_version"] = PROMPT_FORMAT_VERSIONS[outcome.layout]
+    answer["layout"] = outcome.layout
     if outcome.read_scheme:
         answer["read_scheme"] = outcome.read_scheme
     if outcome.repeatable is not None:  # the server's self-check: unknown until it ran

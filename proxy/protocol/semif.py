@@ -7,7 +7,8 @@
         "debias": "cyclic" | {"method": "cyclic", "rotations": k}
                   | "pride" | "contextual",         # optional (decision/debias.py)
         "calibration": "profile-name" | "none",    # optional
-        "label_mass_floor": 0.3                    # optional, overrides the profile's
+        "label_mass_floor": 0.3,                   # optional, overrides the profile's
+        "layout": "conversation_first" | "options_first"  # optional (decision/prompt.py)
     }
 
 ``parse_semif`` turns it into a ``SemifCall`` or raises ``InvalidRequest`` whose
@@ -23,6 +24,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..decision.debias import DebiasError, parse_debias
+from ..decision.prompt import DEFAULT_LAYOUT
 from ..decision.question import (
     Question,
     QuestionError,
@@ -48,6 +50,7 @@ class SemifSpec(BaseModel):
     debias: Any = None
     calibration: str | None = None
     label_mass_floor: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
+    layout: Literal["conversation_first", "options_first"] = DEFAULT_LAYOUT
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class SemifCall:
     calibration: str | None
     debias_method: str | None = None  # "cyclic", "pride", "contextual" or None
     label_mass_floor: float | None = None  # overrides the profile's
+    layout: str = DEFAULT_LAYOUT  # where the options go (decision/prompt.py)
 
 
 # Valid calls by their JSON text: most traffic repeats the same few questions,
@@ -102,7 +106,8 @@ def _parse(raw: dict[str, Any]) -> SemifCall:
         method, shifts = parse_debias(spec.debias, len(question.names))
     except DebiasError as exc:
         raise InvalidRequest(f"semif.debias: {exc}", param="semif.debias") from exc
-    return SemifCall(question, tuple(shifts), spec.calibration, method, spec.label_mass_floor)
+    return SemifCall(question, tuple(shifts), spec.calibration, method, spec.label_mass_floor,
+                     spec.layout)
 
 
 MAX_TOP_LOGPROBS = 20  # OpenAI's cap; the whole distribution stays in ``semif``

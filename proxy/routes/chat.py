@@ -18,6 +18,7 @@ from ..protocol.semif import (
     requested_logprobs,
 )
 from ..decision.outcome import Outcome
+from ..decision.prompt import PROMPT_FORMAT_VERSIONS
 from ..served import UnknownModel
 from .common import check_depth, json_object, json_response, relay, select_profile
 
@@ -71,11 +72,12 @@ async def chat_decision(
         service = await app[MODELS].service(model, strict=False)
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
-    profile = await select_profile(app, service, call.calibration, "semif.calibration")
+    profile = await select_profile(app, service, call.calibration, "semif.calibration",
+                                   version=PROMPT_FORMAT_VERSIONS[call.layout])
     plan = debias_for(profile, call.question, call.debias_method, call.debias,
                       param="semif.debias")
     outcome = calibrate(profile, await service.decide(
         body["messages"], call.question, body.get("chat_template_kwargs"),
-        debias=plan.shifts, contextual=plan.method == "contextual",
+        debias=plan.shifts, contextual=plan.method == "contextual", layout=call.layout,
     ), plan, call.label_mass_floor)
     return outcome, model, stream

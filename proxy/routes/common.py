@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ..app_keys import KIND, METRICS, MODELS, PROFILES
 from ..calibration.profile import Profile
+from ..decision.prompt import PROMPT_FORMAT_VERSION
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..service import DecisionService
 from ..upstream import Upstream
@@ -59,13 +60,14 @@ def routed(raw: bytes, body: dict[str, Any], service: DecisionService) -> bytes:
 
 
 async def select_profile(app: web.Application, service: DecisionService, requested: str | None,
-                         param: str) -> Profile | None:
+                         param: str, version: str = PROMPT_FORMAT_VERSION) -> Profile | None:
     """The calibration profile a decision for ``service``'s model uses, checked against
-    that model. Behind a router the default profile applies only to its own model."""
+    that model, the request's prompt format ``version`` and the read scheme. Behind a
+    router the default profile applies only to its own model."""
     store, info = app[PROFILES], await service.model()
     profile = store.select(requested, param=param, info=info if app[MODELS].several else None)
     if profile is not None:
-        store.check(profile, info, param=param)
+        store.check(profile, info, param=param, version=version, scheme=service.scheme)
     return profile
 
 

@@ -108,3 +108,38 @@ def test_a_conversation_with_the_same_opening_reuses_it(own_stack):
     other = _decide(url, 2002, "The parcel never arrived.")
     cached = other["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= 20  # the template's opening and "Ticket 200", from the slot
+
+
+ROUTER = {"billing": "charges, refunds, invoices and payment methods",
+          "shipping": "parcels, delivery times, tracking and returns",
+          "technical": "log-in problems, crashes and error messages",
+          "account": "profile changes, addresses and closing an account",
+          "other": None}
+
+
+def _route(url: str, ticket: str, layout: str) -> dict:
+    body = {"messages": [{"role": "user", "content": ticket}],
+            "semif": {"options": ROUTER, "layout": layout}}
+    resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_options_first_keeps_the_classifiers_fixed_part_and_reads_repeatably(own_stack):
+    url, _, _ = own_stack
+    _decide(url, 3000, SHORT)
+    _wait_checked(url)  # the self-check (after the first decision) has used two slots
+    first = _route(url, "Ticket 3001: my card was charged twice.", "options_first")
+    second = _route(url, "Ticket 3002: the parcel is late.", "options_first")
+    conventional = _route(url, "Ticket 3003: the app crashes at log-in.", "conversation_first")
+    fixed = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    # the instructions and five options come from the slot: only the ticket is new
+    assert fixed >= 60 and second["usage"]["prompt_tokens"] - fixed < 40, second["usage"]
+    # the conventional layout evaluates the options again after every ticket
+    usage = conventional["usage"]
+    assert usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"] >= 60
+    semif = second["semif"]
+    assert (semif["layout"], semif["prompt_format_version"]) == ("options_first", "semif-2")
+    assert conventional["semif"]["prompt_format_version"] == "semif-1"
+    again = _route(url, "Ticket 3001: my card was charged twice.", "options_first")
+    assert again["semif"]["probabilities"] == first["semif"]["probabilities"]

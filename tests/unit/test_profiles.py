@@ -136,3 +136,33 @@ def test_behind_a_router_the_default_profile_applies_to_its_own_model_only(tmp_p
     asked = store.select("routing", param="x", info=other)
     with pytest.raises(ProxyError, match="fitted for model 'm.gguf'"):
         store.check(asked, other, param="x")
+
+
+def test_a_profile_from_another_read_scheme_is_applied_with_one_warning(tmp_path, caplog):
+    store = ProfileStore(tmp_path)
+    profile = replace(_profile(), read_scheme="segment")
+    served = ModelInfo("m.gguf", 49152, 8192)
+    with caplog.at_level("WARNING", logger="proxy.profiles"):
+        for _ in range(2):
+            store.check(profile, served, param="semif.calibration", scheme="prefix-63")
+        store.check(profile, served, param="semif.calibration", scheme="segment")
+    assert [r.getMessage() for r in caplog.records] == [
+        "calibration profile 'p' was fitted on reads of the segment scheme and is applied on "
+        "prefix-63: the numbers can differ slightly; refit it (docs/calibration.md)"]
+
+
+def test_a_profile_is_refused_for_a_request_in_another_layout(tmp_path):
+    from proxy.profiles import ProfileRefused
+
+    store = ProfileStore(tmp_path)
+    served = ModelInfo("m.gguf", 49152, 8192)
+    store.check(_profile(), served, param="semif.calibration", version="semif-1")
+    with pytest.raises(ProfileRefused, match="'semif-1', but this server uses 'semif-2'"):
+        store.check(_profile(), served, param="semif.calibration", version="semif-2")
+
+
+def test_a_profile_keeps_its_read_scheme():
+    profile = replace(_profile(), read_scheme="prefix-63")
+    assert Profile.from_json(profile.to_json()) == profile
+    older = {k: v for k, v in profile.to_json().items() if k != "read_scheme"}
+    assert Profile.from_json(older).read_scheme == ""  # a profile written before the field

@@ -69,3 +69,35 @@ def test_answer_context_is_what_follows_the_last_instruction():
     assert answer_context(prompt) == "<|im_end|>\n<|im_start|>assistant\n"
     with pytest.raises(ValueError):
         answer_context("no instruction here")
+
+
+from proxy.decision.prompt import PROMPT_FORMAT_VERSIONS, lay_out, options_first  # noqa: E402
+
+BLOCK = "Which team?\n\nOptions:\nA: billing\nB: shipping\n\n" + ANSWER_INSTRUCTION
+
+
+@pytest.mark.parametrize("messages, expected", [
+    ([{"role": "user", "content": "I was charged twice."}],
+     [{"role": "system", "content": BLOCK},
+      {"role": "user", "content": "I was charged twice.\n\n" + ANSWER_INSTRUCTION}]),
+    # the caller's system text follows ours, in the same turn
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+     [{"role": "system", "content": BLOCK + "\n\nBe brief."},
+      {"role": "user", "content": "Hi\n\n" + ANSWER_INSTRUCTION}]),
+    # a conversation that does not end with the user: the cue as a user turn of its own
+    ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+     [{"role": "system", "content": BLOCK}, {"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "Hello"},
+      {"role": "user", "content": ANSWER_INSTRUCTION}]),
+])
+def test_options_first_puts_the_fixed_part_in_front(messages, expected):
+    before = [dict(m) for m in messages]
+    assert options_first(messages, BLOCK) == expected
+    assert messages == before  # the caller's conversation is left untouched
+
+
+def test_each_layout_has_its_own_prompt_format_version():
+    convo = [{"role": "user", "content": "Hi"}]
+    assert lay_out(convo, BLOCK, "conversation_first") == append_to_conversation(convo, BLOCK)
+    assert lay_out(convo, BLOCK, "options_first") == options_first(convo, BLOCK)
+    assert PROMPT_FORMAT_VERSIONS == {"conversation_first": "semif-1", "options_first": "semif-2"}

@@ -14,6 +14,8 @@ MANY = [f"o{i}" for i in range(256)]
         ("billing", "semif", "must be an object"),
         ({}, "semif.options", "required"),
         ({"options": []}, "semif.options", "at least 2"),
+        ({"options": ["a", "b"], "layout": "sideways"}, "semif.layout",
+         "'conversation_first' or 'options_first'"),
         ({"options": ["only"]}, "semif.options", "at least 2"),
         ({"options": MANY}, "semif.options", "at most 255"),
         ({"options": ["Billing", " billing "]}, "semif.options", "case-folding"),
@@ -169,3 +171,11 @@ def test_relayed_chat_without_a_role_is_refused_naming_the_message(body, param):
 ])
 def test_relayed_chat_keeps_the_rest_for_llama_server(body):
     check_relayed_messages(body)
+
+
+@pytest.mark.parametrize("semif, layout", [
+    ({"options": ["a", "b"]}, "conversation_first"),
+    ({"options": ["a", "b"], "layout": "options_first"}, "options_first"),
+])
+def test_the_layout_is_a_field_of_the_request(semif, layout):
+    assert parse_semif(semif).layout == layout
