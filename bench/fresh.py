@@ -1,21 +1,36 @@
-"""Decisions on conversations llama-server has not seen: through the proxy (its
-repeatable read, proxy/kv.py) against the same one-token read sent straight to
-llama-server's chat endpoint, interleaved in one run, at concurrency 1 and 8.
+"""Decisions on conversations llama-server has not seen: through the proxy against the
+same one-token read sent straight to llama-server's chat endpoint, interleaved in one
+run, at concurrency 1 and 8.
 
-    .venv/bin/python bench/fresh.py [--rounds 3]
+    .venv/bin/python bench/fresh.py [--rounds 5] [--tickets N]   # tickets, the default layout
+    .venv/bin/python bench/fresh.py --routing [--rounds 5]       # a ticket router
 
 bench/overhead.py measures a replay: one prompt sent again and again, which the
 slot's cache serves. Here every request is a new conversation (each ticket of
 tests/data/tickets.jsonl, numbered afresh each time it is sent, so no two requests
 share more than the chat template's opening and the first digits of that number),
-which is what most decision traffic is. The chat endpoint reuses whatever prefix
-the slot it picks holds; the proxy evaluates the conversation cold from the first
-token and the question in chunks, so that the answer does not depend on what came
-before (docs/repeatability.md): this prints what that costs.
+which is what most decision traffic is. Targets, each with the requests it sends:
 
-Prints, per concurrency, p50 and throughput of each target over all rounds, and
-the ratio proxy/chat with the lowest and highest round's ratio; each round sends
-every ticket once to each target, in rotating order.
+- ``proxy``: the decision through the proxy (its repeatable read, proxy/kv.py);
+- ``chat``: llama-server's chat endpoint reading the prompt text the proxy builds
+  (the same messages, options block included), one request;
+- ``one-token``: a one-token read (a replay of one prompt through ``/completion``),
+  the step a repeatable read cannot always skip: the proxy's budget over ``chat`` is
+  one of these plus 2 ms.
+
+``--routing``: one classifier (six options with a one-sentence description each,
+about 200 tokens with its instructions) over new tickets of 60 to 120 tokens (four
+tickets of tests/data joined). ``proxy`` asks with ``"layout": "options_first"``;
+``chat`` reads the conventional layout (options after the ticket, as System One
+clients and sidecars send it); ``by-hand`` is the best call a user could write to
+the chat endpoint: instructions and options in a system turn (which llama-server's
+slot keeps), the ticket as the user turn, a one-token grammar and logprobs.
+Budgets: the proxy at least 1.5x faster than ``chat``, and no slower than ``by-hand``
+plus one one-token read.
+
+Prints, per concurrency, p50 and throughput of each target over all rounds (each
+round sends every ticket once to each target, in rotating order), the ratios with
+the lowest and highest round's, and whether each budget holds.
 """
 
 from __future__ import annotations
@@ -27,67 +42,171 @@ import json
 import statistics
 
 import aiohttp
+import httpx
 import orjson
 from _machine import describe
 from _servers import ROOT, llama_server_process, proxy_process
-from overhead import OPTIONS, PATH, decision_labels, direct_body, rotated, send_all
+from overhead import PATH, rotated, send_all
 
-TICKETS = [json.loads(line)["state"]
-           for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()]
+from proxy.decision.labels import gbnf_alternatives
+from proxy.decision.prompt import ANSWER_INSTRUCTION, lay_out, options_block
+from proxy.decision.question import choice_question
+
+_SETS = [json.loads(line)["state"]
+         for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()]
+TICKETS = _SETS
+LONG_TICKETS = [" ".join(_SETS[i:i + 4]) for i in range(0, len(_SETS) - 3, 2)]
+OPTIONS = {"billing": "charges, refunds, invoices", "shipping": "delivery and parcels",
+           "technical": "bugs, crashes, log-in problems", "other": None}
+ROUTER = {
+    "billing": "The customer asks about a charge, a refund, an invoice or a payment method.",
+    "shipping": "The customer asks where a parcel is, when it arrives or how to return it.",
+    "technical": "The customer reports an error, a crash, a slow page or a failed log-in.",
+    "account": "The customer wants to change a profile, an address, a password or to leave.",
+    "sales": "The customer asks about prices, plans, discounts or buying more of something.",
+    "other": "Anything that none of the teams above would handle, including praise and spam.",
+}
+INSTRUCTIONS = ("You route customer support tickets to the one team that should answer them. "
+                "Read the ticket and choose the team.")
 
 
 def conversation(number: int, ticket: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"Ticket {number}: {ticket}"}]
 
 
-def proxy_body(number: int, ticket: str) -> bytes:
-    return orjson.dumps({"messages": conversation(number, ticket), "semif": {"options": OPTIONS}})
+def proxy_body(options: dict, layout: str | None = None, system: str | None = None):
+    """The decision through the proxy; ``system``: the caller's own system turn (with
+    ``options_first`` the options block goes before its text, in the same turn)."""
+    semif = {"options": options, **({"layout": layout} if layout else {})}
+    head = [{"role": "system", "content": system}] if system else []
+    return lambda number, ticket: orjson.dumps(
+        {"messages": [*head, *conversation(number, ticket)], "semif": semif})
 
 
-def chat_body(labels: list[str]):
-    """The chat-endpoint read the proxy's decision stands for: bench/overhead.py's
-    ``chat`` target, about one conversation."""
-    return lambda number, ticket: direct_body(labels, conversation(number, ticket))
+def _read(messages: list[dict], labels: list[str]) -> bytes:
+    return orjson.dumps({
+        "messages": messages, "max_tokens": 1, "temperature": 0, "logprobs": True,
+        "top_logprobs": max(16, 4 * len(labels)), "grammar": gbnf_alternatives(labels),
+        "cache_prompt": True, "chat_template_kwargs": {"enable_thinking": False},
+    })
 
 
-async def measure(targets, rounds: int, concurrency: int, numbers) -> dict[str, list]:
+def chat_body(options: dict, labels: list[str], layout: str, instructions: str | None = None):
+    """The chat-endpoint read of the prompt text the proxy builds in ``layout``."""
+    block = options_block(choice_question(options, instructions=instructions), labels)
+    return lambda number, ticket: _read(lay_out(conversation(number, ticket), block, layout),
+                                        labels)
+
+
+def by_hand_body(options: dict, labels: list[str]):
+    """What a user would write: the classifier in a system turn, the ticket as the user."""
+    lines = "\n".join(f"{label}: {name} - {desc}" for label, (name, desc)
+                      in zip(labels, options.items()))
+    system = f"{INSTRUCTIONS}\n\nTeams:\n{lines}\n\n{ANSWER_INSTRUCTION}"
+    return lambda number, ticket: _read(
+        [{"role": "system", "content": system}, *conversation(number, ticket)], labels)
+
+
+def one_token_body(llama_url: str):
+    """A one-token read: a prompt llama-server's slot already holds, read again."""
+    with httpx.Client(base_url=llama_url, timeout=60) as client:
+        tokens = client.post("/tokenize", json={"content": "Ticket: " + TICKETS[0],
+                                                "add_special": True}).json()["tokens"]
+    body = orjson.dumps({"prompt": tokens, "n_predict": 1, "temperature": 0, "n_probs": 16,
+                         "cache_prompt": True})
+    return lambda number, ticket: body
+
+
+async def labels_of(proxy_url: str, body: bytes) -> list[str]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(proxy_url + PATH, data=body) as r:
+            answer = (await r.json())["semif"]
+    assert answer["reads"] == 1, "the decision needed a wider read: not one call to compare"
+    return list(answer["labels"].values())
+
+
+async def measure(targets, tickets, rounds: int, concurrency: int, numbers) -> dict[str, list]:
     out: dict[str, list] = {name: [] for name in targets}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
         for i in range(rounds):
             for name in rotated(list(targets), i):
                 url, make = targets[name]
-                bodies = [make(next(numbers), ticket) for ticket in TICKETS]
+                bodies = [make(next(numbers), ticket) for ticket in tickets]
                 out[name].append(await send_all(session, url, bodies, concurrency))
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    numbers = itertools.count(1000)
-    with llama_server_process() as (llama_url, _), proxy_process(llama_url) as (proxy_url, _):
-        labels = asyncio.run(decision_labels(proxy_url))
-        targets = {"proxy": (proxy_url + PATH, proxy_body),
-                   "chat": (llama_url + PATH, chat_body(labels))}
-        results = {c: asyncio.run(measure(targets, args.rounds, c, numbers)) for c in (1, 8)}
-    print(describe())
-    print(f"{args.rounds} rounds x {len(TICKETS)} new conversations per target")
+def report(results: dict[int, dict[str, list]], budgets) -> None:
     for concurrency, measured in results.items():
         print(f"\nconcurrency {concurrency}")
-        print(f"  {'':8}{'p50 ms':>12}{'req/s':>12}")
+        print(f"  {'':10}{'p50 ms':>10}{'req/s':>10}")
         rows = {}
         for name, rounds in measured.items():
             latencies = [t for lat, _ in rounds for t in lat]
             rows[name] = (statistics.median(latencies) * 1e3,
                           len(latencies) / sum(wall for _, wall in rounds))
-            print(f"  {name:8}{rows[name][0]:12.1f}{rows[name][1]:12.2f}")
-        proxy, chat = ([(statistics.median(lat), len(lat) / wall) for lat, wall in measured[name]]
-                       for name in ("proxy", "chat"))
-        for k, what in ((0, "p50"), (1, "throughput")):
-            ratios = [p[k] / c[k] for p, c in zip(proxy, chat)]
-            print(f"  proxy/chat {what}: {rows['proxy'][k] / rows['chat'][k]:.3f} "
-                  f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+            print(f"  {name:10}{rows[name][0]:10.1f}{rows[name][1]:10.2f}")
+        per_round = {name: [(statistics.median(lat) * 1e3, len(lat) / wall)
+                            for lat, wall in rounds] for name, rounds in measured.items()}
+        for other in (n for n in measured if n not in ("proxy", "one-token")):
+            for k, what in ((0, "p50"), (1, "throughput")):
+                ratios = [p[k] / c[k] for p, c in zip(per_round["proxy"], per_round[other])]
+                print(f"  proxy/{other} {what}: {rows['proxy'][k] / rows[other][k]:.3f} "
+                      f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+        for line in budgets(rows, concurrency):
+            print("  " + line)
+
+
+def _fresh_budgets(rows, concurrency):
+    (proxy, proxy_rps), (chat, chat_rps), (one, _) = rows["proxy"], rows["chat"], rows["one-token"]
+    yield (f"budget p50: proxy - chat = {proxy - chat:.1f} ms, at most one-token + 2 = "
+           f"{one + 2:.1f} ms: {'holds' if proxy - chat <= one + 2 else 'MISSED'}")
+    yield (f"budget throughput: {proxy_rps / chat_rps:.3f} of chat, at least 0.95: "
+           f"{'holds' if proxy_rps >= 0.95 * chat_rps else 'MISSED'}")
+
+
+def _routing_budgets(rows, concurrency):
+    (proxy, proxy_rps), (chat, chat_rps) = rows["proxy"], rows["chat"]
+    (hand, _), (one, _) = rows["by-hand"], rows["one-token"]
+    faster, rate = chat / proxy, proxy_rps / chat_rps
+    yield (f"budget: {faster:.2f}x faster than chat at p50 and {rate:.2f}x in throughput, "
+           f"at least 1.5x: {'holds' if min(faster, rate) >= 1.5 else 'MISSED'}")
+    yield (f"budget: proxy p50 {proxy:.1f} ms, at most by-hand + one-token = "
+           f"{hand + one:.1f} ms: {'holds' if proxy <= hand + one else 'MISSED'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--routing", action="store_true", help="the ticket-router workload")
+    parser.add_argument("--tickets", type=int, default=0,
+                        help="the first N tickets per round (default: all)")
+    args = parser.parse_args()
+    numbers = itertools.count(1000)
+    with llama_server_process() as (llama_url, _), proxy_process(llama_url) as (proxy_url, _):
+        if args.routing:
+            tickets, ask = LONG_TICKETS, proxy_body(ROUTER, "options_first", INSTRUCTIONS)
+            # the conventional layout: the instructions and options after the ticket
+            labels = asyncio.run(labels_of(proxy_url, ask(1, tickets[0])))
+            targets = {"proxy": (proxy_url + PATH, ask),
+                       "chat": (llama_url + PATH, chat_body(ROUTER, labels,
+                                                            "conversation_first",
+                                                            INSTRUCTIONS)),
+                       "by-hand": (llama_url + PATH, by_hand_body(ROUTER, labels))}
+        else:
+            tickets, ask = TICKETS, proxy_body(OPTIONS)
+            labels = asyncio.run(labels_of(proxy_url, ask(1, tickets[0])))
+            targets = {"proxy": (proxy_url + PATH, ask),
+                       "chat": (llama_url + PATH, chat_body(OPTIONS, labels,
+                                                            "conversation_first"))}
+        targets["one-token"] = (llama_url + "/completion", one_token_body(llama_url))
+        tickets = tickets[:args.tickets or None]
+        results = {c: asyncio.run(measure(targets, tickets, args.rounds, c, numbers))
+                   for c in (1, 8)}
+    print(describe())
+    print(f"{args.rounds} rounds x {len(tickets)} new conversations per target"
+          + (" (the routing workload)" if args.routing else ""))
+    report(results, _routing_budgets if args.routing else _fresh_budgets)
 
 
 if __name__ == "__main__":
