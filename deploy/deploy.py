@@ -23,7 +23,8 @@ Three layouts of the real-time model (docs/sagemaker.md says which to use when):
 In every layout llama-server's physical batch (``-ub``) is 63 on CPU instance types and the
 proxy is told so (``PROXY_UPSTREAM_UBATCH``): new conversations are then read in one request,
 bit for bit repeatable (docs/repeatability.md). GPU types keep llama-server's 512 and tell the
-proxy 0 (unknown).
+proxy 0 (unknown). On every instance type llama-server's host-memory prompt cache is off
+(``--cache-ram 0``): it would move saved states between slots under the proxy's reads.
 
 The endpoint scales on SageMaker's high-resolution ``ConcurrentRequestsPerModel`` (requests
 in flight or queued in the container), which follows work, not on invocations, whose cost
@@ -89,11 +90,17 @@ GPU_LAYERS = "999"  # every layer on the GPU
 # the argument is about the CPU kernels) and 0 (unknown) for the proxy
 CPU_UBATCH = 63
 GPU_UBATCH = 512
+# --cache-ram 0, on CPU and GPU: with the host-memory prompt cache on (8 GiB by default)
+# llama-server moves a saved state into another slot when a new prompt matches it better than
+# that slot's content; the proxy, which tracks what each slot holds, then sees an unexpected
+# reuse and reads again from position 0 (the prompt evaluated twice), and a restored state can
+# end in a row evaluated alone, which a longer prompt must not build on
+CACHE_RAM_MIB = 0
 # llama-server's settings: LLAMA_ARG_<key> (the variable it reads itself, as our images
 # pass it on) and SM_LLAMA_CPP_<value> for the DLC, which turns SM_LLAMA_CPP_FOO_BAR=v into
 # --foo-bar v, so the value spells the long flag (-np is --parallel, -ub --ubatch-size)
 _DLC_NAMES = {"N_PARALLEL": "PARALLEL", "CTX_SIZE": "CTX_SIZE", "UBATCH": "UBATCH_SIZE",
-              "N_GPU_LAYERS": "N_GPU_LAYERS"}
+              "CACHE_RAM": "CACHE_RAM", "N_GPU_LAYERS": "N_GPU_LAYERS"}
 MIB = 1024 * 1024
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,55}$")  # leaves room for "-config"
 _SUMMARY = "Create or delete the sidecar's SageMaker endpoint, or run a Batch Transform job."
@@ -183,7 +190,8 @@ def proxy_environment(cfg: DeployConfig) -> dict[str, str]:
 def llama_environment(cfg: DeployConfig) -> dict[str, str]:
     """llama-server's settings as our images read them (LLAMA_ARG_*) or the DLC does
     (SM_LLAMA_CPP_*, each becoming a flag: SM_LLAMA_CPP_PARALLEL=4 is --parallel 4)."""
-    settings = {"N_PARALLEL": cfg.parallel, "CTX_SIZE": cfg.ctx_size, "UBATCH": ubatch(cfg)[0]}
+    settings = {"N_PARALLEL": cfg.parallel, "CTX_SIZE": cfg.ctx_size, "UBATCH": ubatch(cfg)[0],
+                "CACHE_RAM": CACHE_RAM_MIB}
     if cfg.gpu:
         settings["N_GPU_LAYERS"] = GPU_LAYERS
     if cfg.layout != "dlc":

@@ -14,6 +14,10 @@
 # (docs/repeatability.md). The proxy is told the same value (PROXY_UPSTREAM_UBATCH), or 0
 # (unknown: the GPU setting, with LLAMA_ARG_UBATCH=512) when PROXY_UPSTREAM_UBATCH=0 says
 # so; any other PROXY_UPSTREAM_UBATCH than llama-server's -ub is refused.
+# llama-server's host-memory prompt cache is off (LLAMA_ARG_CACHE_RAM, 0 unless set): on, it
+# moves a saved state into another slot, which the proxy sees as an unexpected reuse (the
+# prompt read twice) and whose last row may have been evaluated alone, which a longer prompt
+# must not build on.
 # Everything else is configured as in the two images: LLAMA_ARG_* and LLAMA_MODEL_DIR for
 # llama-server (docker/llama-entrypoint.sh), PROXY_* for the proxy.
 # Tests run it outside a container: SUPERVISORD, SEMIF_SUPERVISOR_CONF,
@@ -51,6 +55,17 @@ case "$llama_ubatch" in
         echo "single-entrypoint: LLAMA_ARG_UBATCH=$llama_ubatch is not a batch size" >&2
         exit 64 ;;
 esac
+llama_cache_ram="${LLAMA_ARG_CACHE_RAM:-0}"
+case "$llama_cache_ram" in
+    0 | -1) ;;
+    "" | 0* | *[!0-9]*)
+        echo "single-entrypoint: LLAMA_ARG_CACHE_RAM=$llama_cache_ram is not a size in MiB" >&2
+        exit 64 ;;
+esac
+if [ "$llama_cache_ram" != 0 ]; then
+    echo "single-entrypoint: warning: LLAMA_ARG_CACHE_RAM=$llama_cache_ram turns" \
+         "llama-server's prompt cache on; the proxy's reads expect it off (0)" >&2
+fi
 proxy_ubatch="${PROXY_UPSTREAM_UBATCH:-$llama_ubatch}"
 if [ "$proxy_ubatch" != 0 ] && [ "$proxy_ubatch" != "$llama_ubatch" ]; then
     echo "single-entrypoint: PROXY_UPSTREAM_UBATCH=$proxy_ubatch, but llama-server's -ub" \
@@ -60,12 +75,12 @@ fi
 
 SEMIF_RUN_DIR="${SEMIF_RUN_DIR:-/tmp}"
 SEMIF_LLAMA_COMMAND="env -u SAGEMAKER_BIND_TO_PORT LLAMA_ARG_HOST=127.0.0.1 \
-LLAMA_ARG_PORT=$llama_port LLAMA_ARG_UBATCH=$llama_ubatch \
+LLAMA_ARG_PORT=$llama_port LLAMA_ARG_UBATCH=$llama_ubatch LLAMA_ARG_CACHE_RAM=$llama_cache_ram \
 ${SEMIF_LLAMA_ENTRYPOINT:-/usr/local/bin/llama-entrypoint.sh}"
 SEMIF_PROXY_COMMAND="env PROXY_PORT=$proxy_port UPSTREAM_URL=http://127.0.0.1:$llama_port \
 PROXY_UPSTREAM_UBATCH=$proxy_ubatch ${SEMIF_PROXY_ENTRYPOINT:-/usr/local/bin/proxy-entrypoint.sh}"
 export SEMIF_RUN_DIR SEMIF_LLAMA_COMMAND SEMIF_PROXY_COMMAND
 
 echo "single-entrypoint: proxy on port $proxy_port, llama-server on 127.0.0.1:$llama_port" \
-     "with -ub $llama_ubatch (the proxy told $proxy_ubatch)" >&2
+     "with -ub $llama_ubatch (the proxy told $proxy_ubatch), --cache-ram $llama_cache_ram" >&2
 exec "${SUPERVISORD:-supervisord}" -c "${SEMIF_SUPERVISOR_CONF:-/etc/semif/supervisord.conf}"

@@ -169,10 +169,10 @@ def test_the_single_image_is_one_container_that_callers_need_not_name(clients: C
     assert container["Image"] == SINGLE_IMAGE
     assert container["ModelDataUrl"] == "s3://bucket/semif/model.tar.gz"
     # ml.g4dn is a GPU type: every layer offloaded, on an AMI with a pinned driver, llama-server's
-    # -ub at its default 512 and the proxy told 0 (unknown)
+    # -ub at its default 512 and the proxy told 0 (unknown); no host-memory prompt cache
     assert container["Environment"] == {"LLAMA_ARG_N_PARALLEL": "4", "LLAMA_ARG_CTX_SIZE": "32768",
                                         "LLAMA_ARG_N_GPU_LAYERS": "999", "LLAMA_ARG_UBATCH": "512",
-                                        "PROXY_UPSTREAM_UBATCH": "0"}
+                                        "LLAMA_ARG_CACHE_RAM": "0", "PROXY_UPSTREAM_UBATCH": "0"}
     variant = clients.create_endpoint_config[-1]["ProductionVariants"][0]
     assert variant["InferenceAmiVersion"] == deploy.GPU_AMI
 
@@ -198,6 +198,7 @@ def test_the_llama_cpp_dlc_runs_unchanged_beside_the_proxy(clients: Clients, ins
     # --ubatch-size 63 on CPU, told to the proxy; on GPU 512 and the proxy told 0 (unknown)
     assert (env["SM_LLAMA_CPP_UBATCH_SIZE"], proxy["Environment"]["PROXY_UPSTREAM_UBATCH"]) == (
         ("512", "0") if gpu else ("63", "63"))
+    assert env["SM_LLAMA_CPP_CACHE_RAM"] == "0"  # --cache-ram 0, CPU and GPU
     variant = clients.create_endpoint_config[-1]["ProductionVariants"][0]
     assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] >= 600  # the DLC's docs
     assert ("InferenceAmiVersion" in variant) == gpu

@@ -4,11 +4,15 @@ CloudFormation template (each layout, each instance type), ``python -m deploy``'
 layouts and the single image's entrypoint. On CPU both are 63, as ``make run`` starts them
 (scripts/stack.py), so the proxy reads new conversations in one request, bit for bit
 repeatable (docs/repeatability.md); on GPU llama-server keeps large batches and the proxy is
-told 0 (unknown)."""
+told 0 (unknown). In every one of them, CPU and GPU, llama-server's host-memory prompt cache
+is off (``--cache-ram 0``, as scripts/stack.py starts it), which would otherwise move saved
+states between slots under the proxy's reads."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ from cfnlint.decode.cfn_yaml import loads
 
 from deploy import deploy
 from proxy.config import load_settings
-from scripts.stack import UBATCH
+from scripts.stack import LLAMA_FLAGS, UBATCH
 from tests.deploy.test_deploy_entrypoints import SINGLE, run
 from tests.deploy.test_deploy_kubernetes import containers, env, render
 
@@ -29,22 +33,45 @@ COMPOSE_GPU = yaml.safe_load((ROOT / "docker-compose.gpu.yml").read_text())
 TEMPLATE = loads((ROOT / "deploy" / "sagemaker.yaml").read_text())
 INSTANCE_TYPES = TEMPLATE["Parameters"]["InstanceType"]["AllowedValues"]
 CPU, GPU = "ml.c7i.xlarge", "ml.g5.xlarge"
-# llama-server b11434's long flags (llama-server --help) for what python -m deploy sets
-LLAMA_SERVER_FLAGS = {"--parallel", "--ctx-size", "--ubatch-size", "--n-gpu-layers"}
+# llama-server b11434's long flags for what python -m deploy sets, and the variable each
+# reads from (llama-server --help: "(env: LLAMA_ARG_...)")
+LLAMA_SERVER_FLAGS = {"--parallel": "LLAMA_ARG_N_PARALLEL", "--ctx-size": "LLAMA_ARG_CTX_SIZE",
+                      "--ubatch-size": "LLAMA_ARG_UBATCH", "--cache-ram": "LLAMA_ARG_CACHE_RAM",
+                      "--n-gpu-layers": "LLAMA_ARG_N_GPU_LAYERS"}
 # the DLC's own variables, not turned into flags (docs/sagemaker.md)
 DLC_CONTROLS = {"SM_LLAMA_CPP_PORT", "SM_LLAMA_CPP_MODEL", "SM_LLAMA_CPP_MODEL_DIR"}
 
-Pair = tuple[str, str]  # (llama-server's -ub, the proxy's PROXY_UPSTREAM_UBATCH)
+# the environments llama-server and the proxy start with (for the DLC, llama-server's flags
+# spelled as the LLAMA_ARG_* variables they stand for)
+Started = tuple[dict[str, str], dict[str, str]]
 
 
-def single_image(environment: dict[str, str], tmp: Path) -> Pair:
+def command_environment(command: str, inherited: dict[str, str]) -> dict[str, str]:
+    """The environment ``env [-u NAME]... [NAME=VALUE]... PROGRAM`` starts PROGRAM with."""
+    words = command.split()
+    assert words[0] == "env"
+    out = dict(inherited)
+    i = 1
+    while i < len(words) and (words[i] == "-u" or "=" in words[i]):
+        if words[i] == "-u":
+            out.pop(words[i + 1], None)
+            i += 2
+        else:
+            name, value = words[i].split("=", 1)
+            out[name] = value
+            i += 1
+    assert i == len(words) - 1, command  # the program, no arguments (which would beat the env)
+    return out
+
+
+def single_image(environment: dict[str, str], tmp: Path) -> Started:
     """What the single image's two processes are started with, given the container's
-    environment: read from the commands the entrypoint hands a fake supervisord."""
+    environment: read from the commands the entrypoint hands a fake supervisord (whose
+    environment its programs inherit)."""
     code, _, seen = run(SINGLE, ["serve"], {"SUPERVISORD": str(tmp / "fake"), **environment}, tmp)
     assert code == 0 and seen is not None
-    llama = dict(w.split("=", 1) for w in seen["SEMIF_LLAMA_COMMAND"].split() if "=" in w)
-    proxy = dict(w.split("=", 1) for w in seen["SEMIF_PROXY_COMMAND"].split() if "=" in w)
-    return llama["LLAMA_ARG_UBATCH"], proxy["PROXY_UPSTREAM_UBATCH"]
+    return (command_environment(seen["SEMIF_LLAMA_COMMAND"], seen),
+            command_environment(seen["SEMIF_PROXY_COMMAND"], seen))
 
 
 # compose
@@ -55,25 +82,26 @@ def interpolate(value: Any, shell: dict[str, str]) -> str:
     return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: shell.get(m[1]) or m[2], str(value))
 
 
-def compose(gpu: bool, shell: dict[str, str]) -> Pair:
+def compose(gpu: bool, shell: dict[str, str]) -> Started:
     services = COMPOSE["services"]
     llama, proxy = dict(services["llama"]["environment"]), dict(services["proxy"]["environment"])
     assert "command" not in services["llama"]  # no flag after the entrypoint overrides the env
     if gpu:  # docker compose -f docker-compose.yml -f docker-compose.gpu.yml
+        assert "command" not in COMPOSE_GPU["services"]["llama"]
         llama.update(COMPOSE_GPU["services"]["llama"]["environment"])
         proxy.update(COMPOSE_GPU["services"]["proxy"]["environment"])
-    return (interpolate(llama["LLAMA_ARG_UBATCH"], shell),
-            interpolate(proxy["PROXY_UPSTREAM_UBATCH"], shell))
+    return ({k: interpolate(v, shell) for k, v in llama.items()},
+            {k: interpolate(v, shell) for k, v in proxy.items()})
 
 
 # Kubernetes
 
 
-def kubernetes(variant: str) -> Pair:
+def kubernetes(variant: str) -> Started:
     pods = containers(render(variant))
     llama, proxy = pods["llama"], pods["proxy"]
     assert not {"command", "args"} & set(llama)  # the image's llama-server, flags from env
-    return env(llama)["LLAMA_ARG_UBATCH"], env(proxy)["PROXY_UPSTREAM_UBATCH"]
+    return env(llama), env(proxy)
 
 
 # CloudFormation
@@ -114,16 +142,20 @@ def resolve(value: Any, params: dict[str, str]) -> Any:
     return str(value)
 
 
-def cloudformation(layout: str, instance_type: str, tmp: Path) -> Pair:
+def cloudformation_model(layout: str, instance_type: str) -> dict[str, Any]:
     params = {name: str(p.get("Default", "")) for name, p in TEMPLATE["Parameters"].items()}
     params.update(Layout=layout, InstanceType=instance_type, SingleImageUri="s",
                   ProxyImageUri="p", LlamaImageUri="l")
-    model = resolve(TEMPLATE["Resources"]["Model"]["Properties"], params)
+    return resolve(TEMPLATE["Resources"]["Model"]["Properties"], params)
+
+
+def cloudformation(layout: str, instance_type: str, tmp: Path) -> Started:
+    model = cloudformation_model(layout, instance_type)
     if layout == "single":
         return single_image(model["PrimaryContainer"]["Environment"], tmp)
     proxy, llama = model["Containers"]
     assert (proxy["ContainerHostname"], llama["ContainerHostname"]) == ("proxy", "llama")
-    return llama["Environment"]["LLAMA_ARG_UBATCH"], proxy["Environment"]["PROXY_UPSTREAM_UBATCH"]
+    return llama["Environment"], proxy["Environment"]
 
 
 # python -m deploy
@@ -144,28 +176,31 @@ def config(layout: str, instance_type: str) -> deploy.DeployConfig:
                                instance_type=instance_type, **images)
 
 
-def python_deploy(layout: str, instance_type: str, tmp: Path) -> Pair:
+def python_deploy(layout: str, instance_type: str, tmp: Path) -> Started:
     request = deploy.model_request(config(layout, instance_type))
     if layout == "single":
         return single_image(request["PrimaryContainer"]["Environment"], tmp)
     proxy, llama = request["Containers"]
     if layout == "dlc":
-        return dlc_flags(llama["Environment"])["--ubatch-size"], proxy["Environment"][
-            "PROXY_UPSTREAM_UBATCH"]
-    return llama["Environment"]["LLAMA_ARG_UBATCH"], proxy["Environment"]["PROXY_UPSTREAM_UBATCH"]
+        flags = dlc_flags(llama["Environment"])
+        return {LLAMA_SERVER_FLAGS[f]: v for f, v in flags.items()}, proxy["Environment"]
+    return llama["Environment"], proxy["Environment"]
 
 
-def batch_transform(instance_type: str, tmp: Path) -> Pair:
+def transform_model(instance_type: str) -> dict[str, Any]:
     """The model ``python -m deploy transform --image`` creates (the single image)."""
     job = deploy.TransformConfig(name="j", input="s3://b/i/", output="s3://b/o/", image="s",
                                  model_data="s3://b/m.tar.gz",
                                  role="arn:aws:iam::123456789012:role/r",
                                  instance_type=instance_type)
-    request = deploy.model_request(job.model_config())
-    return single_image(request["PrimaryContainer"]["Environment"], tmp)
+    return deploy.model_request(job.model_config())
 
 
-Layout = Callable[[Path], Pair]
+def batch_transform(instance_type: str, tmp: Path) -> Started:
+    return single_image(transform_model(instance_type)["PrimaryContainer"]["Environment"], tmp)
+
+
+Layout = Callable[[Path], Started]
 LAYOUTS: list[tuple[str, bool, Layout]] = [
     ("compose", False, lambda tmp: compose(False, {})),
     ("compose-gpu", True, lambda tmp: compose(True, {})),
@@ -187,12 +222,45 @@ LAYOUTS: list[tuple[str, bool, Layout]] = [
 @pytest.mark.parametrize(("gpu", "layout"), [(gpu, fn) for _, gpu, fn in LAYOUTS],
                          ids=[name for name, _, _ in LAYOUTS])
 def test_llama_servers_ubatch_and_the_proxys_agree(gpu: bool, layout: Layout, tmp_path: Path):
-    llama, proxy = layout(tmp_path)
+    llama_env, proxy_env = layout(tmp_path)
+    llama, proxy = llama_env["LLAMA_ARG_UBATCH"], proxy_env["PROXY_UPSTREAM_UBATCH"]
     if gpu:  # large batches; the repeatable read is the CPU kernels' (docs/repeatability.md)
         assert (llama, proxy) == ("512", "0")
     else:  # as make run starts them
         assert llama == proxy == str(UBATCH)
     assert load_settings([], {"PROXY_UPSTREAM_UBATCH": proxy}).upstream_ubatch == int(proxy)
+
+
+@pytest.mark.parametrize("layout", [fn for _, _, fn in LAYOUTS],
+                         ids=[name for name, _, _ in LAYOUTS])
+def test_llama_servers_ram_prompt_cache_is_off(layout: Layout, tmp_path: Path):
+    # CPU and GPU alike: with the cache on, llama-server moves a saved state into another
+    # slot, which the proxy sees as an unexpected reuse (the prompt read twice); a restored
+    # state can end in a row evaluated alone, which a longer prompt must not build on
+    llama_env, _ = layout(tmp_path)
+    assert llama_env.get("LLAMA_ARG_CACHE_RAM") == "0"
+
+
+# the single image's container environment as each layout that runs it sets it
+SINGLE_IMAGE_MODELS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+    *[(f"cloudformation-{instance}", lambda instance=instance: cloudformation_model(
+        "single", instance)) for instance in INSTANCE_TYPES],
+    *[(f"deploy-{instance}", lambda instance=instance: deploy.model_request(
+        config("single", instance))) for instance in (CPU, GPU)],
+    *[(f"transform-{instance}", lambda instance=instance: transform_model(instance))
+      for instance in (CPU, GPU)],
+]
+
+
+@pytest.mark.parametrize("model", [fn for _, fn in SINGLE_IMAGE_MODELS],
+                         ids=[name for name, _ in SINGLE_IMAGE_MODELS])
+def test_the_single_image_is_told_so_too(model: Callable[[], dict[str, Any]]):
+    # not left to the entrypoint's default: an image pushed before it had one runs so too
+    assert model()["PrimaryContainer"]["Environment"]["LLAMA_ARG_CACHE_RAM"] == "0"
+
+
+def test_make_run_turns_it_off_too():
+    assert "-cram" in LLAMA_FLAGS and LLAMA_FLAGS[LLAMA_FLAGS.index("-cram") + 1] == "0"
 
 
 def test_the_templates_gpu_condition_is_deploy_pys():
@@ -205,15 +273,28 @@ def test_the_templates_gpu_condition_is_deploy_pys():
 @pytest.mark.parametrize("shell", [{"LLAMA_ARG_UBATCH": "32"}, {"LLAMA_ARG_UBATCH": ""}])
 def test_one_compose_variable_sets_both(shell: dict[str, str]):
     expected = shell["LLAMA_ARG_UBATCH"] or str(UBATCH)
-    assert compose(False, shell) == (expected, expected)
+    llama, proxy = compose(False, shell)
+    assert (llama["LLAMA_ARG_UBATCH"], proxy["PROXY_UPSTREAM_UBATCH"]) == (expected, expected)
 
 
 @pytest.mark.parametrize("instance", [CPU, GPU])
 def test_the_dlcs_variables_spell_flags_llama_server_has(instance: str):
     _, llama = deploy.model_request(config("dlc", instance))["Containers"]
     flags = dlc_flags(llama["Environment"])
-    assert set(flags) <= LLAMA_SERVER_FLAGS
-    assert {"--parallel", "--ctx-size", "--ubatch-size"} <= set(flags)
+    assert set(flags) <= set(LLAMA_SERVER_FLAGS)
+    assert {"--parallel", "--ctx-size", "--ubatch-size", "--cache-ram"} <= set(flags)
+    assert flags["--cache-ram"] == "0"
+
+
+@pytest.mark.skipif(not os.environ.get("LLAMA_SERVER"), reason="LLAMA_SERVER names no binary")
+def test_llama_server_has_those_flags_and_variables():
+    binary = Path(os.environ["LLAMA_SERVER"])
+    out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}, check=False)
+    text = out.stdout + out.stderr
+    for flag, variable in LLAMA_SERVER_FLAGS.items():
+        assert re.search(rf"(^|[ ,]){re.escape(flag)}[ ,]", text, re.M), flag
+        assert f"(env: {variable})" in text, variable
 
 
 @pytest.mark.parametrize(("environment", "pair"), [
@@ -223,7 +304,21 @@ def test_the_dlcs_variables_spell_flags_llama_server_has(instance: str):
     ({"LLAMA_ARG_UBATCH": "48", "PROXY_UPSTREAM_UBATCH": "48"}, ("48", "48")),
 ])
 def test_the_single_image_tells_the_proxy_llama_servers_ubatch(environment, pair, tmp_path):
-    assert single_image(environment, tmp_path) == pair
+    llama, proxy = single_image(environment, tmp_path)
+    assert (llama["LLAMA_ARG_UBATCH"], proxy["PROXY_UPSTREAM_UBATCH"]) == pair
+
+
+@pytest.mark.parametrize(("environment", "cache_ram"), [
+    ({}, "0"),
+    ({"LLAMA_ARG_CACHE_RAM": ""}, "0"),
+    ({"LLAMA_ARG_CACHE_RAM": "0"}, "0"),
+    ({"LLAMA_ARG_CACHE_RAM": "1024"}, "1024"),  # the operator's choice, warned about
+    ({"LLAMA_ARG_CACHE_RAM": "-1"}, "-1"),  # no limit
+])
+def test_the_single_image_turns_the_prompt_cache_off_unless_told(environment, cache_ram,
+                                                                  tmp_path):
+    llama, _ = single_image(environment, tmp_path)
+    assert llama["LLAMA_ARG_CACHE_RAM"] == cache_ram
 
 
 @pytest.mark.parametrize("environment", [
@@ -231,6 +326,9 @@ def test_the_single_image_tells_the_proxy_llama_servers_ubatch(environment, pair
     {"PROXY_UPSTREAM_UBATCH": "32"},  # llama-server would run with 63
     {"LLAMA_ARG_UBATCH": "sixty"},
     {"LLAMA_ARG_UBATCH": "0"},
+    {"LLAMA_ARG_CACHE_RAM": "off"},  # not a size
+    {"LLAMA_ARG_CACHE_RAM": "-2"},
+    {"LLAMA_ARG_CACHE_RAM": "0 --cache-ram 8192"},
 ])
 def test_the_single_image_refuses_a_proxy_told_another_ubatch(environment, tmp_path):
     code, argv, _ = run(SINGLE, ["serve"], {"SUPERVISORD": str(tmp_path / "fake"), **environment},

@@ -41,7 +41,8 @@ def endpoint(tmp_path_factory, logs_dir):
                  "LLAMA_SERVER_BIN": str(binary), "LD_LIBRARY_PATH": str(binary.parent),
                  "LLAMA_MODEL_DIR": str(model_dir), "LLAMA_ARG_HOST": "127.0.0.1",
                  "LLAMA_ARG_PORT": str(llama_port), "LLAMA_ARG_N_PARALLEL": "4",
-                 "LLAMA_ARG_CTX_SIZE": "32768", "LLAMA_ARG_UBATCH": "63"}
+                 "LLAMA_ARG_CTX_SIZE": "32768", "LLAMA_ARG_UBATCH": "63",
+                 "LLAMA_ARG_CACHE_RAM": "0"}  # as python -m deploy sets it on every type
     # told llama-server's -ub, as python -m deploy tells it on CPU instance types
     proxy_env = {**_proxy_env(f"http://127.0.0.1:{llama_port}", proxy_port),
                  "PROXY_UPSTREAM_UBATCH": "63"}

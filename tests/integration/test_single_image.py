@@ -109,13 +109,18 @@ def test_both_processes_serve_sagemakers_contract_on_its_ports(single):
     assert set(children(proc.pid)) == {"llama", "proxy"}
 
 
-def test_llama_server_runs_with_ub_63_and_the_proxy_is_told_so(single):
-    proc, url, _, _ = single
+def test_llama_server_runs_with_ub_63_and_no_prompt_cache_and_the_proxy_is_told_so(single):
+    proc, url, _, log = single
     pids = children(proc.pid)
     # the image's default: the proxy reads new conversations in one request, bit for bit
     # repeatable (docs/repeatability.md), as make run does
     assert environ(pids["llama"])["LLAMA_ARG_UBATCH"] == "63"
     assert environ(pids["proxy"])["PROXY_UPSTREAM_UBATCH"] == "63"
+    # no host-memory prompt cache, which would move saved states between slots under the
+    # proxy's reads (--cache-ram 0, as make run starts it)
+    assert environ(pids["llama"])["LLAMA_ARG_CACHE_RAM"] == "0"
+    # and llama-server read it: without the cache it turns its idle-slot saving off at start-up
+    assert "--cache-idle-slots requires --cache-ram, disabling" in log.read_text()
     first = httpx.post(url + "/invocations", json=S1, timeout=120)
     again = httpx.post(url + "/invocations", json=S1, timeout=120)
     assert first.status_code == again.status_code == 200
