@@ -3,6 +3,7 @@
     .venv/bin/python bench/repeatability.py [--passes 3]          # the product
     .venv/bin/python bench/repeatability.py --under-load [--proxy-args '...']
     .venv/bin/python bench/repeatability.py --mechanism [--llama-args '-fa off']
+    .venv/bin/python bench/repeatability.py --cuts [--llama-args '-ub 512']
 
 Default: a fresh llama-server and proxy (as `make run` starts them), every System One
 item of tests/data sent ``--passes`` times, one request at a time; prints, per pass
@@ -18,6 +19,13 @@ one prompt read cold (``cache_prompt: false``), warm (the whole prompt cached: o
 last token evaluated again) and after a cached prefix with suffixes of several lengths
 evaluated as one chunk, at several prompt lengths; the largest |dp| over the top 10
 tokens against the cold read. docs/repeatability.md explains the kernels behind it.
+
+``--cuts``: what the prefix scheme (proxy/kv.py) rests on. For prompts of 95 to 1,500
+tokens, the next token read after all but the last token evaluated from position 0,
+then the last alone, against the same after the prompt was cut at ten places (the part
+before the cut evaluated first, then the rest, then the last token alone): how many
+cuts give other numbers. Run as ``make run`` starts llama-server (``-ub 63``), then
+with ``--llama-args '-ub 512'`` (llama-server's default) to see the difference.
 """
 
 from __future__ import annotations
@@ -144,6 +152,32 @@ def mechanism(llama_args: list[str]) -> None:
                   "".join(f"{dp(cold, c):12.1e}" if c else f"{'-':>12}" for c in chunks))
 
 
+def _evaluate(url: str, tokens, cache: bool, slot: int) -> None:
+    httpx.post(url + "/completion", timeout=300, json={
+        "prompt": tokens, "n_predict": 0, "cache_prompt": cache, "id_slot": slot})
+
+
+def cuts(llama_args: list[str]) -> None:
+    print(f"llama-server flags: {' '.join(llama_args) or '(as make run)'}; cuts whose read "
+          "differs from the uncut one, bit for bit (the top 10 tokens)")
+    with llama_server(extra=llama_args) as url:
+        text = " ".join(itertools.islice(itertools.cycle(WORDS), 1400))
+        every = httpx.post(url + "/tokenize", json={"content": text}).json()["tokens"]
+        for n in (95, 173, 347, 700, 1500):
+            tokens = every[:n]
+            _evaluate(url, tokens[:-1], False, 0)
+            uncut = read(url, tokens, True, 0)
+            places = sorted({2, 10, 30, n // 4, n // 2, n - 70, n - 64, n - 63, n - 40, n - 3})
+            differ = []
+            for cut in places:
+                _evaluate(url, tokens[:cut], False, 1)
+                _evaluate(url, tokens[:-1], True, 1)
+                if read(url, tokens, True, 1) != uncut:
+                    differ.append(cut)
+            print(f"  {n:5d} tokens: {len(differ)} of {len(places)} cuts differ"
+                  + (f" (at {differ})" if differ else ""))
+
+
 def report(runs: list[list[dict]], label: str) -> None:
     for i, again in enumerate(runs[1:], start=2):
         same, largest, flips, total = compare(runs[0], again)
@@ -160,6 +194,7 @@ def main() -> None:
     parser.add_argument("--mixed", action="store_true",
                         help="the background clients send plain chat completions too")
     parser.add_argument("--mechanism", action="store_true")
+    parser.add_argument("--cuts", action="store_true", help="what the prefix scheme rests on")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     parser.add_argument("--proxy-args", default="", help="extra proxy flags, one string")
     args = parser.parse_args()
@@ -168,6 +203,9 @@ def main() -> None:
                                                          "llama_server_version", "model")})
     if args.mechanism:
         mechanism(args.llama_args.split())
+        return
+    if args.cuts:
+        cuts(args.llama_args.split())
         return
     data = items(args.per_file)
     with llama_server(extra=args.llama_args.split()) as llama_url, \
