@@ -71,7 +71,12 @@ def test_answer_context_is_what_follows_the_last_instruction():
         answer_context("no instruction here")
 
 
-from proxy.decision.prompt import PROMPT_FORMAT_VERSIONS, lay_out, options_first  # noqa: E402
+from proxy.decision.prompt import (  # noqa: E402
+    ANSWER_CUE,
+    PROMPT_FORMAT_VERSIONS,
+    lay_out,
+    options_first,
+)
 
 BLOCK = "Which team?\n\nOptions:\nA: billing\nB: shipping\n\n" + ANSWER_INSTRUCTION
 
@@ -79,16 +84,16 @@ BLOCK = "Which team?\n\nOptions:\nA: billing\nB: shipping\n\n" + ANSWER_INSTRUCT
 @pytest.mark.parametrize("messages, expected", [
     ([{"role": "user", "content": "I was charged twice."}],
      [{"role": "system", "content": BLOCK},
-      {"role": "user", "content": "I was charged twice.\n\n" + ANSWER_INSTRUCTION}]),
+      {"role": "user", "content": "I was charged twice.\n\nLabel:"}]),
     # the caller's system text follows ours, in the same turn
     ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
      [{"role": "system", "content": BLOCK + "\n\nBe brief."},
-      {"role": "user", "content": "Hi\n\n" + ANSWER_INSTRUCTION}]),
+      {"role": "user", "content": "Hi\n\n" + ANSWER_CUE}]),
     # a conversation that does not end with the user: the cue as a user turn of its own
     ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
      [{"role": "system", "content": BLOCK}, {"role": "user", "content": "Hi"},
       {"role": "assistant", "content": "Hello"},
-      {"role": "user", "content": ANSWER_INSTRUCTION}]),
+      {"role": "user", "content": ANSWER_CUE}]),
 ])
 def test_options_first_puts_the_fixed_part_in_front(messages, expected):
     before = [dict(m) for m in messages]
