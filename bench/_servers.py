@@ -71,7 +71,28 @@ def proxy_process(upstream_url: str, extra: list[str] | None = None, ubatch: int
     the llama-server before it (``UBATCH``, as ``llama_server`` starts it; None: unknown)."""
     with _serving(lambda port, log: start_proxy(port, upstream_url, extra, log=log,
                                                 ubatch=ubatch), timeout_s=30) as served:
+        if ubatch:
+            _settle(served[0])
         yield served
+
+
+def _settle(url: str, timeout_s: float = 300) -> None:
+    """One decision, then wait for the self-check it starts (proxy/decision/selfcheck.py):
+    a start-up cost, read with every slot leased, that no measurement should include."""
+    import time
+
+    import httpx
+
+    httpx.post(url + "/v1/chat/completions", timeout=timeout_s, json={
+        "messages": [{"role": "user", "content": "Hello."}], "semif": {"options": ["a", "b"]}})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        checks = httpx.get(url + "/v1/models", timeout=60).json().get("x_repeatable") or {}
+        if checks and all(c.get("repeatable") is not None
+                          or str(c.get("detail", "")).startswith("not checked")
+                          for c in checks.values()):
+            return
+        time.sleep(0.2)
 
 
 @contextlib.contextmanager
