@@ -190,3 +190,48 @@ def test_lone_last(step, lone):
 def test_the_prefix_scheme_needs_a_small_physical_batch(ubatch):
     with pytest.raises(ValueError):
         plan_prefix(None, SHORT, ubatch)
+
+
+async def test_a_decision_waits_for_the_slot_that_is_reading_its_long_prefix():
+    book = SlotBook(2)
+    state = tuple(range(5000, 5300))  # 300 tokens another decision is reading in a slot
+    first = book.lease(state + (1, 2), by_prefix=True)
+    slot = await first.__aenter__()
+    waiting = asyncio.ensure_future(book.lease(state + (3, 4), by_prefix=True).__aenter__())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # slot 1 is free, but holds none of the 300 tokens
+    # a prompt that shares less than WAIT_FOR_PREFIX tokens takes the free slot at once
+    async with book.lease(state[:100] + (9,), by_prefix=True) as other:
+        assert other != slot
+    book.holds[slot] = Held(state + (1, 2), 0)
+    await first.__aexit__(None, None, None)
+    assert await waiting == slot
+
+
+async def test_a_free_slot_that_holds_the_prefix_is_taken_at_once_and_then_waited_for():
+    book = SlotBook(2)
+    state = tuple(range(5000, 5300))
+    book.holds[1] = Held(state, 0)
+    first = book.lease(state + (1,), by_prefix=True)
+    assert await first.__aenter__() == 1  # the free slot that holds the state
+    # the next question about the state waits for that slot rather than evaluate the
+    # state again in slot 0
+    second = asyncio.ensure_future(book.lease(state + (2,), by_prefix=True).__aenter__())
+    await asyncio.sleep(0)
+    assert not second.done()
+    await first.__aexit__(None, None, None)
+    assert await second == 1
+
+
+async def test_no_more_decisions_wait_for_a_slot_than_the_tokens_it_saves_are_worth():
+    book = SlotBook(3)
+    fixed = tuple(range(7000, 7200))  # a classifier's 200 tokens: worth one waiting decision
+    first = book.lease(fixed + (1,), by_prefix=True)
+    slot = await first.__aenter__()
+    waiter = asyncio.ensure_future(book.lease(fixed + (2,), by_prefix=True).__aenter__())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    async with book.lease(fixed + (3,), by_prefix=True) as third:  # 200 < 2 x 128: a free one
+        assert third != slot
+    await first.__aexit__(None, None, None)
+    assert await waiter == slot
