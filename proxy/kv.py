@@ -241,10 +241,15 @@ class SlotBook:
 
     def _worth_waiting(self, prompt: tuple[int, ...]) -> int | None:
         """A leased slot whose read leaves more of ``prompt`` in it than any free slot
-        holds, ``WAIT_FOR_PREFIX`` tokens more for each decision already waiting for it and
-        this one (the slot leaving most), or None."""
-        free = max((common_prefix(self.holds[s].tokens, prompt) for s in self._free
-                    if self.holds[s] is not None), default=0)
+        holds (when none is free, than the slot leaving least), ``WAIT_FOR_PREFIX`` tokens
+        more for each decision already waiting for it and this one (the slot leaving most),
+        or None: then the first free slot, or the first to be freed."""
+        if self._free:  # what a free slot would spare
+            free = max((common_prefix(self.holds[s].tokens, prompt) for s in self._free
+                        if self.holds[s] is not None), default=0)
+        else:  # every slot leased: what any of them will hold
+            free = min(common_prefix(reading, prompt) for reading in self._reading.values()) \
+                if len(self._reading) == self.size else 0
         best, gain = None, 0
         for slot, reading in self._reading.items():
             more = common_prefix(reading, prompt) - free

@@ -235,3 +235,17 @@ async def test_no_more_decisions_wait_for_a_slot_than_the_tokens_it_saves_are_wo
         assert third != slot
     await first.__aexit__(None, None, None)
     assert await waiter == slot
+
+
+async def test_with_every_slot_leased_a_prefix_they_all_will_hold_is_no_reason_to_wait_for_one():
+    book = SlotBook(2)
+    fixed = tuple(range(7000, 7300))
+    book.holds = {0: Held(fixed + (0,), 0), 1: Held(fixed + (0,), 0)}  # both warm
+    first, second = (book.lease(fixed + (i,), by_prefix=True) for i in (1, 2))
+    a = await first.__aenter__()
+    b = await second.__aenter__()
+    third = asyncio.ensure_future(book.lease(fixed + (3,), by_prefix=True).__aenter__())
+    await asyncio.sleep(0)
+    await second.__aexit__(None, None, None)  # the first slot freed goes to it
+    assert await asyncio.wait_for(third, 5) == b and a != b
+    await first.__aexit__(None, None, None)
