@@ -119,8 +119,7 @@ def test_the_readme_is_short_and_narrow():
 
 
 def test_nothing_points_outside_the_repository():
-    found = subprocess.run(["git", "grep", "-n", "-e", r"\.\./shared", "-e", "FACTS"],
+    facts = "FAC" + "TS"  # the outside file's name, spelled so that this line is no hit
+    found = subprocess.run(["git", "grep", "-n", "-e", r"\.\./shared", "-e", facts],
                            cwd=ROOT, capture_output=True, text=True)
-    hits = [line for line in found.stdout.splitlines()
-            if not line.startswith("tests/unit/test_docs.py:")]
-    assert not hits, "\n".join(hits)
+    assert not found.stdout, found.stdout
