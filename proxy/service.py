@@ -95,7 +95,7 @@ class DecisionService:
         self._check = Check(self.scheme, None)
         self._checking: asyncio.Task | None = None
         self._self_check = self_check  # run check() when the slots are first counted
-        self._epoch = upstream.epoch if hasattr(upstream, "epoch") else 0
+        self._epoch = getattr(upstream, "epoch", 0)  # a stand-in upstream may have none
         self._worker = worker
         self._admission = admission or Admission(
             max_active=1 << 30, max_queued=0, deadline_s=3600.0, retry_after_s=1
