@@ -2,11 +2,17 @@
 what can be answered in time is admitted.
 
 Past both bounds a request is refused at once with ``Overloaded`` (429 and
-Retry-After) instead of joining an unbounded queue. Within them, once a
-decision time has been measured, a request whose estimated finish
-(``estimated_finish_s``: the queue ahead of it and the measured time per
-decision) falls past its deadline is refused at once too, with a Retry-After
-from that estimate, rather than queued to time out. Each admitted decision runs
+Retry-After) instead of joining an unbounded queue. Within them, a request that
+says what it will take (``Work``: the tokens its plan evaluates and the seconds
+they take on an idle server, from ``proxy/cost.py``) is refused at once when it
+cannot finish within its deadline: with a client error (``InvalidRequest``,
+``exceeds_deadline``) naming the estimate when it could not even on an idle
+server, with 429 and a Retry-After when the work admitted ahead of it is what
+stands in the way (``finish_s``: llama-server shares the CPU among what it
+evaluates, so each request ahead delays it by as much of its own work as it
+shares). A request that says nothing (its model not yet measured) is judged as
+before: the queue ahead of it and the measured time per decision
+(``estimated_finish_s``). Each admitted decision runs
 under the deadline; when it passes, the work is cancelled (which closes its
 llama-server connections, so llama-server stops too) and the request gets
 ``UpstreamTimeout`` (504).
@@ -18,11 +24,33 @@ import asyncio
 import contextvars
 import math
 import time
+from dataclasses import dataclass
 
-from .errors import Overloaded, UpstreamTimeout
+from .errors import InvalidRequest, Overloaded, UpstreamTimeout
 from .slots import Slots
 
-__all__ = ["Admission", "estimated_finish_s", "smoothed", "slot_waited"]
+__all__ = ["Admission", "Work", "estimated_finish_s", "finish_s", "smoothed", "slot_waited"]
+
+
+@dataclass(frozen=True)
+class Work:
+    """What an admitted request will take: the prompt tokens its plan evaluates and the
+    seconds its steps take on an idle llama-server."""
+
+    tokens: int
+    seconds: float
+
+    def describe(self) -> str:
+        return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
+
+
+def finish_s(work_s: float, ahead: list[float]) -> float:
+    """Seconds until a request of ``work_s`` admitted now is answered, when the requests
+    ``ahead`` still have that many seconds of work each and llama-server shares its CPU
+    evenly among what it evaluates: each delays it by as much of its own work as runs
+    beside it, ``work_s + sum(min(r, work_s))`` (processor sharing, nothing arriving
+    later; a request queued for a slot ahead of it delays it as if it ran beside it)."""
+    return work_s + math.fsum(min(r, work_s) for r in ahead)
 
 
 # Seconds the current admitted decision spent waiting for a llama-server slot (proxy/kv.py):
@@ -73,6 +101,21 @@ class Admission:
         self.parallel = max_active  # decisions served at once: at most llama-server's slots
         self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
+        # admitted requests that said what they take: ticket -> (work seconds, admitted
+        # at, the finish estimated then)
+        self._work: dict[object, tuple[float, float, float]] = {}
+
+    def ahead(self, now: float | None = None) -> list[float]:
+        """The seconds of work each admitted request has left, as far as known: its work
+        less the share of its estimated finish that has passed (a request admitted
+        without an estimate counts as one measured decision)."""
+        now = time.monotonic() if now is None else now
+        left = [w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
+                for w, since, finish in self._work.values()]
+        unknown = self._slots.taken + self._slots.waiting - len(self._work)
+        if unknown > 0 and self.decision_s is not None:
+            left += [self.decision_s] * unknown
+        return left
 
     @property
     def queued(self) -> int:
@@ -82,14 +125,30 @@ class Admission:
     def active(self) -> int:
         return self._slots.taken
 
-    def admit(self) -> _Admitted:
+    def admit(self, work: Work | None = None) -> _Admitted:
         """Run the block once a slot is free, within the deadline (counted from this call,
-        so time spent queued counts)."""
+        so time spent queued counts). ``work``: what the request will take, when known."""
         if self._slots.full() and self._slots.waiting >= self._max_queued:
             raise Overloaded(
                 "too many decisions in flight and queued; retry later",
                 retry_after_s=self._retry_after_s,
             )
+        if work is not None:
+            if work.seconds > self._deadline_s:
+                raise InvalidRequest(
+                    f"this request needs {work.describe()}; the deadline is "
+                    f"{self._deadline_s:g} s: send a shorter conversation or fewer options, "
+                    "or start the proxy with a longer --decision-deadline-s",
+                    code="exceeds_deadline")
+            finish = finish_s(work.seconds, self.ahead())
+            if finish > self._deadline_s:
+                raise Overloaded(
+                    f"this request needs {work.describe()}; with the work admitted ahead of "
+                    f"it, it would finish in about {finish:.0f} s, past its "
+                    f"{self._deadline_s:g} s deadline; retry later",
+                    retry_after_s=max(1, math.ceil(finish - work.seconds)),
+                )
+            return _Admitted(self, (work.seconds, finish))
         if self.decision_s is not None:
             finish = estimated_finish_s(self._slots.waiting, self._slots.taken,
                                         self.parallel, self.decision_s)
@@ -100,7 +159,7 @@ class Admission:
                     f"request's {self._deadline_s:g} s deadline; retry later",
                     retry_after_s=max(1, math.ceil(finish - budget)),
                 )
-        return _Admitted(self)
+        return _Admitted(self, None)
 
     def limit_parallel(self, slots: int, owner: object = None) -> None:
         """Decisions beyond ``slots`` wait for a llama-server slot (proxy/kv.py) however
@@ -122,11 +181,12 @@ class _Admitted:
     more (bench/overhead.py)."""
 
     __slots__ = ("_admission", "_holding", "_task", "_timer", "_expired", "_cancelling",
-                 "_started", "_waits")
+                 "_started", "_waits", "_work")
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, work: tuple[float, float] | None) -> None:
         self._admission = admission
         self._holding = False
+        self._work = work
 
     async def __aenter__(self) -> None:
         admission = self._admission
@@ -134,6 +194,8 @@ class _Admitted:
         assert task is not None
         self._task, self._expired, self._cancelling = task, False, task.cancelling()
         self._timer = task.get_loop().call_later(admission._deadline_s, self._expire)
+        if self._work is not None:
+            admission._work[self] = (self._work[0], time.monotonic(), self._work[1])
         if not admission._slots.take():  # the common case takes a free slot, awaiting nothing
             try:
                 await admission._slots.wait()
@@ -150,6 +212,7 @@ class _Admitted:
         self._task.cancel()
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._admission._work.pop(self, None)
         if self._holding:
             self._holding = False
             self._admission._slots.release()

@@ -56,13 +56,15 @@ MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (
 # to 256) are fewer than 512: at most this many tokens up to and including the row.
 LONE_ROW_CELLS = 256
 N_BATCH = 2048  # llama-server's logical batch (-b): a request is decoded in pieces of it
-# The prefix scheme: a decision waits for a leased slot that will hold more of its prompt
-# than any free slot holds, rather than evaluate those tokens again beside it, while the
-# slot's queue is shorter than one decision per this many tokens saved (about what one
-# short read takes on a CPU): 16 questions sent at once about one 1,000-token state
-# evaluate it twice, not four times; a classifier's 200-token fixed part is waited for
-# once, then evaluated in a second slot, and so on until every slot holds it.
+# The prefix scheme: a decision waits for a leased slot that will hold at least this many
+# tokens more of its prompt than any free slot holds, rather than evaluate them again
+# beside it, while the reads queued for that slot (each costing about what this one's own
+# part does, plus READ_TOKENS) evaluate fewer tokens than it would evaluate again: 16
+# questions sent at once about one 1,600-token state evaluate it once; a classifier's
+# 200-token fixed part before 100-token tickets is waited for once, then evaluated in a
+# second slot, and so on until every slot holds it.
 WAIT_FOR_PREFIX = 128
+READ_TOKENS = 16  # a one-token read costs about as much as evaluating this many tokens
 
 
 class Held(NamedTuple):
@@ -73,6 +75,9 @@ class Held(NamedTuple):
     tokens: tuple[int, ...]
     s_len: int
     lone_last: bool = False  # prefix scheme: the last row was evaluated alone past 256 cells
+    # prefix scheme: a request cut short (a deadline, a client gone) left some prefix of
+    # ``tokens`` in the slot, each row evaluated canonically; how many, llama-server says
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -240,10 +245,11 @@ class SlotBook:
         return min(self._free, key=rank)
 
     def _worth_waiting(self, prompt: tuple[int, ...]) -> int | None:
-        """A leased slot whose read leaves more of ``prompt`` in it than any free slot
-        holds (when none is free, than the slot leaving least), ``WAIT_FOR_PREFIX`` tokens
-        more for each decision already waiting for it and this one (the slot leaving most),
-        or None: then the first free slot, or the first to be freed."""
+        """A leased slot whose read leaves at least ``WAIT_FOR_PREFIX`` tokens more of
+        ``prompt`` in it than any free slot holds (when none is free, than the slot leaving
+        least), and more than the decisions already waiting for it and this one will
+        evaluate there (each about this one's own part, plus ``READ_TOKENS``): the slot
+        leaving most; or None: then the first free slot, or the first to be freed."""
         if self._free:  # what a free slot would spare
             free = max((common_prefix(self.holds[s].tokens, prompt) for s in self._free
                         if self.holds[s] is not None), default=0)
@@ -252,9 +258,11 @@ class SlotBook:
                 if len(self._reading) == self.size else 0
         best, gain = None, 0
         for slot, reading in self._reading.items():
-            more = common_prefix(reading, prompt) - free
+            shared = common_prefix(reading, prompt)
+            more = shared - free
             queued = len(self._waiting_for.get(slot, ()))
-            if more >= WAIT_FOR_PREFIX * (queued + 1) and more > gain:
+            own = len(prompt) - shared + READ_TOKENS
+            if more >= max(WAIT_FOR_PREFIX, own * (queued + 1)) and more > gain:
                 best, gain = slot, more
         return best
 
@@ -316,6 +324,7 @@ class _Lease:
         return self._slot
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
+        held = self._book.holds[self._slot]
+        if exc_type is not None and not (held is not None and held.partial):
             self._book.holds[self._slot] = None  # a request cut short: the slot is unknown
         self._book._release(self._slot)

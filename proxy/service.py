@@ -44,11 +44,13 @@ from .decision.question import Question, choice_question
 from .decision.selfcheck import CHECK_OPTIONS, CHECK_TEXT, OTHER_TEXT, Check, compare
 from .decision.outcome import Outcome
 from .decision.readout import decide
-from .admission import Admission
+from .admission import Admission, Work
+from .cost import ONE, CostModel, kind_of
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import MAX_SMALL_CHUNK, Held, SlotBook, after, common_prefix, lone_last, plan, plan_prefix
+from .kv import (LONE_ROW_CELLS, MAX_SMALL_CHUNK, Held, SlotBook, Step, after, common_prefix, lone_last, plan,
+                 plan_prefix)
 from .metrics import Metrics, after_reply
-from .upstream import ModelInfo, NextToken, Upstream
+from .upstream import Completion, ModelInfo, NextToken, Upstream
 
 __all__ = ["DecisionService", "Outcome", "read_widths"]
 
@@ -117,6 +119,9 @@ class DecisionService:
         self._segments: dict[str, tuple[int, ...]] = {}  # shared segment text -> tokens
         self._content_free: dict[bytes, tuple[float, ...]] = {}  # see _free_answer
         self._reranks: bool | None = None  # a --reranking llama-server: see reranks
+        self.cost = CostModel()  # what a step costs on this llama-server (proxy/cost.py)
+        self._steps_running = self._steps_started = 0  # this service's /completion calls
+        self._reads_needed: dict[int, int] = {}  # option count -> reads its last decision took
 
     async def decide(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
@@ -130,7 +135,9 @@ class DecisionService:
         if self._metrics:
             after_reply(self._metrics.questions.observe, 1)
         free = content_free(messages) if contextual else None
-        async with self._admission.admit():
+        work = await self._work([(messages, question)], template_kwargs, layout,
+                                len(debias) or 1, free is not None)
+        async with self._admission.admit(work):
             return await self._decide(messages, question, template_kwargs, debias, free,
                                       layout)
 
@@ -218,7 +225,11 @@ class DecisionService:
         """
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
-        async with self._admission.admit():
+        messages = state_messages(state_text)
+        work = await self._work([(messages, q) for q in questions.values()], None,
+                                DEFAULT_LAYOUT, max((len(d) for d in (debias or {}).values()),
+                                                   default=1) or 1, bool(contextual))
+        async with self._admission.admit(work):
             return await self._decide_all(state_text, questions, debias or {}, contextual)
 
     async def _decide_all(
@@ -280,6 +291,103 @@ class DecisionService:
             self._slots = await self._upstream.total_slots() or 1
         return self._slots
 
+    # -- what a decision costs (proxy/cost.py), for admission -----------------------
+
+    async def _work(self, asked: Sequence[tuple[Sequence[Mapping[str, Any]], Question]],
+                    template_kwargs: Mapping[str, Any] | None, layout: str, rotations: int,
+                    contextual: bool) -> Work | None:
+        """The tokens and idle-server seconds of reading each (conversation, question) in
+        turn, the first on the slot holding most of its prompt and each next on the slot
+        the one before left (as the slot book places a conversation's questions); each
+        read widened as often as the last one with as many options; ``rotations`` reads
+        per question (debiasing: each again from the options on), one more for a
+        content-free answer. None while this server's costs are unknown or the prompt
+        cannot be planned (images; a template that hides the options)."""
+        if self.cost.observed == 0:
+            return None
+        kwargs = {"enable_thinking": False, **template_kwargs} if template_kwargs else _NO_THINKING
+        ubatch = self._ubatch
+        book = await self._book()
+        before: Held | None = None
+        tokens = 0
+        seconds = 0.0
+        for messages, question in asked:
+            _info, labels = await self._labels(len(question.names), kwargs)
+            block, _grammar = self._layout(question, tuple(label for label, _ in labels))
+            convo = lay_out(messages, block, layout)
+            found = await self._prompt(convo, block, kwargs, ubatch) if _text_only(convo) else None
+            if found is None:
+                return None
+            prompt, s_len = found
+            if before is None:  # the slot that holds most of this prompt
+                before = max(book.holds.values(), default=None,
+                             key=lambda h: -1 if h is None else common_prefix(h.tokens, prompt))
+                if not ubatch and (before is None or before.s_len != s_len):
+                    before = None
+            steps = (plan_prefix(before, prompt, ubatch) if ubatch
+                     else plan(before, s_len, prompt))
+            for step in steps:
+                cost = self.cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated,
+                                        step.cached)
+                if cost is None:
+                    return None
+                tokens += step.evaluated
+                seconds += cost
+            again = rotations - 1 + int(contextual)  # the options again, from where they start
+            if again:
+                part = steps[-1].length - common_prefix(prompt, before.tokens if before else ())
+                part = min(max(part, 1), len(prompt) - 1)
+                cost = self.cost.step_s(kind_of(part, ubatch), part, len(prompt) - part) or 0.0
+                tokens += again * part
+                seconds += again * cost
+            widen = self._reads_needed.get(len(question.names), 1) * (rotations + contextual)
+            one = self.cost.step_s(ONE, 1, len(prompt)) or 0.0
+            seconds += (widen - rotations - int(contextual)) * one
+            before = Held(prompt, s_len)
+        return Work(tokens, seconds)
+
+    async def _resume(self, book: SlotBook, slot: int, held: Held, prompt: tuple[int, ...],
+                      width: int, grammar: str, ubatch: int) -> tuple[NextToken | None, int]:
+        """After a read cut short in ``slot``: read after ``prompt`` on whatever the slot
+        kept, and record what it then holds. The read when its last row went alone (or the
+        prompt fits the first 256 cells), as the canonical plan's does, else None; and the
+        tokens evaluated."""
+        try:
+            done = await self._complete(prompt, slot=slot, cache=True, n_probs=width,
+                                        grammar=grammar)
+        except BaseException:
+            book.holds[slot] = Held(prompt, 0, lone_last(Step(len(prompt), True, 0, 1),
+                                                         ubatch), partial=True)
+            raise
+        n = len(prompt)
+        got = Step(n, True, done.cached, done.read.prompt_evaluated)
+        if got.cached > common_prefix(held.tokens, prompt) or got.cached + got.evaluated != n:
+            book.holds[slot] = None  # more than was left there: someone else's rows
+            return None, got.evaluated
+        book.holds[slot] = Held(prompt, 0, lone_last(got, ubatch))
+        alone = n <= LONE_ROW_CELLS or book.holds[slot].lone_last
+        return (done.read if alone else None), got.evaluated
+
+    async def _complete(self, tokens: Sequence[int], *, slot: int, cache: bool,
+                        n_probs: int = 0, grammar: str | None = None) -> Completion:
+        """``Upstream.complete``, timed: a step no other step of this service ran beside
+        teaches the cost model what such a step costs."""
+        alone = self._steps_running == 0
+        self._steps_running += 1
+        self._steps_started += 1
+        mark = self._steps_started
+        started = time.monotonic()
+        try:
+            done = await self._upstream.complete(tokens, slot=slot, cache=cache,
+                                                 n_probs=n_probs, grammar=grammar)
+        finally:
+            self._steps_running -= 1
+        if alone and mark == self._steps_started and done.seconds > 0:
+            evaluated = done.read.prompt_evaluated
+            self.cost.observe(kind_of(evaluated, self._ubatch), evaluated, done.cached,
+                              done.seconds, time.monotonic() - started)
+        return done
+
     async def _read(
         self, messages: Sequence[Mapping[str, Any]], question: Question,
         labels: Sequence[tuple[str, int]], kwargs: Mapping[str, Any], info: ModelInfo,
@@ -324,6 +432,7 @@ class DecisionService:
                 # All labels from one read: one forward pass, one set of numerics.
                 logprobs = read.of(ids)
                 if logprobs is not None:
+                    _remember(self._reads_needed, len(labels), reads, _MAX_TEMPLATES)
                     return Outcome(  # each read sent the whole prompt (mostly cached)
                         decide(question, logprobs), tuple(names), read.model,
                         first.prompt_tokens, evaluated, reads,
@@ -343,26 +452,42 @@ class DecisionService:
         """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
         and the tokens evaluated for it. A slot found changed under the read (llama-server
         reused other than expected) starts it again from a cold shared segment; if that
-        happens twice, the read is made as it comes and counted as unrepeatable."""
-        spent = 0
-        for _attempt in range(2):
+        happens twice, the read is made as it comes and counted as unrepeatable.
+
+        The prefix scheme keeps the work of a read cut short (a deadline, a client gone):
+        the slot holds some prefix of what was sent, each row canonical, so the next read
+        there reads on whatever llama-server reuses of it (``_resume``), and reads the last
+        token again alone when it did not go alone the first time."""
+        spent = restarts = 0
+        held = book.holds[slot]
+        if ubatch and held is not None and held.partial:
+            read, spent = await self._resume(book, slot, held, prompt, width, grammar, ubatch)
+            if read is not None:
+                return read, spent
+        while restarts < 2:
             steps = (plan_prefix(book.holds[slot], prompt, ubatch) if ubatch
                      else plan(book.holds[slot], s_len, prompt))
             for step in steps:
                 sent = after(step, prompt)
                 last = step is steps[-1]
-                done = await self._upstream.complete(
-                    sent, slot=slot, cache=step.cache, n_probs=width if last else 0,
-                    grammar=grammar if last else None)
+                try:
+                    done = await self._complete(
+                        sent, slot=slot, cache=step.cache, n_probs=width if last else 0,
+                        grammar=grammar if last else None)
+                except BaseException:
+                    if ubatch:  # what was evaluated stays for a retry (kv.Held.partial)
+                        book.holds[slot] = Held(sent, 0, lone_last(step, ubatch), partial=True)
+                    raise
                 spent += done.read.prompt_evaluated
                 if (done.cached, done.read.prompt_evaluated) != (step.cached, step.evaluated):
                     book.holds[slot] = None
+                    restarts += 1
                     break
                 book.holds[slot] = Held(sent, s_len, ubatch > 0 and lone_last(step, ubatch))
             else:
                 return done.read, spent
-        done = await self._upstream.complete(prompt, slot=slot, cache=True, n_probs=width,
-                                             grammar=grammar)
+        done = await self._complete(prompt, slot=slot, cache=True, n_probs=width,
+                                    grammar=grammar)
         book.holds[slot] = None
         log.warning("llama-server slot %d kept changing under a read (reused %d of %d "
                     "tokens): this answer may differ from a replay", slot, done.cached,

@@ -87,10 +87,12 @@ class NextToken:
 
 @dataclass(frozen=True)
 class Completion:
-    """A ``/completion`` answer: the read, and how many tokens came from the slot's cache."""
+    """A ``/completion`` answer: the read, how many tokens came from the slot's cache and
+    the seconds llama-server reports for it (``timings``: prompt plus predicted)."""
 
     read: NextToken
     cached: int
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,8 @@ class Upstream:
         try:
             timings = data["timings"]
             cached, evaluated = int(timings["cache_n"]), int(timings["prompt_n"])
+            seconds = (float(timings.get("prompt_ms") or 0.0)
+                       + float(timings.get("predicted_ms") or 0.0)) / 1000.0
             model = str(data.get("model", ""))
             top: dict[Any, Any] = {}
             if n_probs:
@@ -217,7 +221,7 @@ class Upstream:
             raise UpstreamBadResponse(
                 "llama-server's /completion answer has no timings or log-probabilities"
             ) from exc
-        return Completion(NextToken(top, model, len(tokens), evaluated), cached)
+        return Completion(NextToken(top, model, len(tokens), evaluated), cached, seconds)
 
     async def render(
         self, messages: list[dict[str, Any]], template_kwargs: Mapping[str, Any] | None

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from proxy.admission import Admission, estimated_finish_s, smoothed
-from proxy.errors import Overloaded, UpstreamTimeout
+from proxy.admission import Admission, Work, estimated_finish_s, finish_s, smoothed
+from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
 
 
 async def _hold(admission: Admission, release: asyncio.Event, started: list,
@@ -267,3 +267,47 @@ def test_behind_a_router_every_models_slots_count_once():
     small.limit_parallel(4, "a")
     small.limit_parallel(4, "b")
     assert small.parallel == 5  # never more than are admitted at once
+
+
+def test_finish_under_processor_sharing():
+    # 2 s of work beside 1 s and 5 s left: the first delays it by 1, the second by 2
+    assert finish_s(2.0, [1.0, 5.0]) == 5.0
+    assert finish_s(3.0, []) == 3.0
+
+
+async def test_work_that_cannot_finish_even_on_an_idle_server_is_a_client_error():
+    admission = Admission(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+    with pytest.raises(InvalidRequest) as caught:
+        admission.admit(Work(3900, 62.4))
+    assert caught.value.status == 400 and caught.value.code == "exceeds_deadline"
+    assert caught.value.message.startswith(
+        "this request needs about 3,900 prompt tokens, about 62 s on this server; "
+        "the deadline is 50 s")
+
+
+async def test_work_that_waiting_would_let_finish_is_429_with_the_wait():
+    admission = Admission(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+    release, started = asyncio.Event(), []
+
+    async def hold(seconds: float) -> None:
+        async with admission.admit(Work(1000, seconds)):
+            started.append(seconds)
+            await release.wait()
+
+    tasks = [asyncio.create_task(hold(s)) for s in (20.0, 20.0)]
+    await asyncio.sleep(0.01)
+    assert started == [20.0, 20.0]
+    # 24 s alone would finish; beside 2 x 20 s ahead, about 64 s
+    with pytest.raises(Overloaded) as caught:
+        admission.admit(Work(800, 24.0))
+    assert caught.value.status == 429
+    assert "finish in about 64 s" in caught.value.message
+    assert int(caught.value.headers()["Retry-After"]) == pytest.approx(40, abs=1)
+    # under half the deadline with what is ahead: admitted
+    async with admission.admit(Work(100, 4.0)):
+        pass
+    release.set()
+    await asyncio.gather(*tasks)
+    assert admission.ahead() == []
+    async with admission.admit(Work(800, 24.0)):  # nothing ahead any more
+        pass

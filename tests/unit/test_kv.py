@@ -225,16 +225,36 @@ async def test_a_free_slot_that_holds_the_prefix_is_taken_at_once_and_then_waite
 
 async def test_no_more_decisions_wait_for_a_slot_than_the_tokens_it_saves_are_worth():
     book = SlotBook(3)
-    fixed = tuple(range(7000, 7200))  # a classifier's 200 tokens: worth one waiting decision
-    first = book.lease(fixed + (1,), by_prefix=True)
+    fixed = tuple(range(7000, 7200))  # a classifier's 200 tokens before 100-token tickets
+    ticket = [tuple(range(i * 1000, i * 1000 + 100)) for i in (1, 2, 3)]
+    first = book.lease(fixed + ticket[0], by_prefix=True)
     slot = await first.__aenter__()
-    waiter = asyncio.ensure_future(book.lease(fixed + (2,), by_prefix=True).__aenter__())
+    # 100 + 16 tokens for the read it waits behind: less than the 200 it saves
+    waiter = asyncio.ensure_future(book.lease(fixed + ticket[1], by_prefix=True).__aenter__())
     await asyncio.sleep(0)
     assert not waiter.done()
-    async with book.lease(fixed + (3,), by_prefix=True) as third:  # 200 < 2 x 128: a free one
+    # two reads of 116 ahead of it would cost more than evaluating the 200 again
+    async with book.lease(fixed + ticket[2], by_prefix=True) as third:
         assert third != slot
     await first.__aexit__(None, None, None)
     assert await waiter == slot
+
+
+async def test_questions_sent_at_once_about_one_long_state_all_wait_for_the_slot_reading_it():
+    book = SlotBook(4)
+    state = tuple(range(10_000, 11_600))  # 1,600 tokens
+    questions = [state + tuple(range(i * 100, i * 100 + 40)) for i in range(16)]
+    first = book.lease(questions[0], by_prefix=True)
+    slot = await first.__aenter__()
+    rest = [asyncio.ensure_future(book.lease(q, by_prefix=True).__aenter__())
+            for q in questions[1:]]
+    await asyncio.sleep(0)
+    assert not any(r.done() for r in rest)  # 15 x (40 + 16) < 1,600: none evaluates it again
+    assert sorted(book._free) == sorted({0, 1, 2, 3} - {slot})
+    await first.__aexit__(None, None, None)
+    assert await rest[0] == slot
+    for r in rest[1:]:
+        r.cancel()
 
 
 async def test_with_every_slot_leased_a_prefix_they_all_will_hold_is_no_reason_to_wait_for_one():

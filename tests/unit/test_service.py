@@ -7,7 +7,7 @@ import re
 import pytest
 
 from proxy.decision.question import choice_question
-from proxy.errors import InvalidRequest, UpstreamBadResponse
+from proxy.errors import InvalidRequest, UpstreamBadResponse, UpstreamTimeout
 from proxy.kv import common_prefix
 from proxy.service import DecisionService, read_widths
 from proxy.upstream import Completion, ModelInfo, NextToken
@@ -320,3 +320,51 @@ async def test_answers_say_repeatable_false_when_the_check_failed():
     out = await service.decide([{"role": "user", "content": "q"}],
                                choice_question(list("xyz")))
     assert (out.read_scheme, out.repeatable) == ("segment", False)
+
+
+class CutUpstream(RecordedUpstream):
+    """A llama-server whose next request is cut short after ``keep`` of its tokens were
+    evaluated (a deadline that passed while it worked): they stay in the slot."""
+
+    keep: int | None = None
+
+    async def complete(self, tokens, *, slot, cache, n_probs=0, grammar=None):
+        if self.keep is not None:
+            keep, self.keep = self.keep, None
+            self.slots[slot] = list(tokens[:keep])
+            self.requests.append((slot, list(tokens), cache, None, None))
+            raise UpstreamTimeout("the decision did not finish within the 1 s deadline")
+        return await super().complete(tokens, slot=slot, cache=cache, n_probs=n_probs,
+                                      grammar=grammar)
+
+
+@pytest.mark.parametrize("kept", [
+    lambda n: 150,          # some of the prompt
+    lambda n: n - 1 - 63,   # the rest is one piece of 63 and the last row alone
+    lambda n: n - 1,        # all but the last token
+])
+async def test_a_retry_after_a_cut_read_evaluates_only_what_the_slot_did_not_keep(kept):
+    question = choice_question(["x", "y"])
+    convo = [{"role": "user", "content": "w" * 400}]
+    whole = RecordedUpstream([SAME])  # the read uninterrupted, in a service of its own
+    expected = await DecisionService(whole, n_probs=8, ubatch=63).decide(convo, question)
+    n = len(whole.requests[-1][1])
+    keep = kept(n)
+    up = CutUpstream([SAME] * 2)
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    up.keep = keep
+    with pytest.raises(UpstreamTimeout):
+        await service.decide(convo, question)
+    cut = len(up.requests)
+    out = await service.decide(convo, question)
+    retry = up.requests[cut:]
+    # the read on what the slot kept; its last row went alone only when the rest made
+    # whole pieces of 63, else it is read again alone, as the uninterrupted read ends
+    keep = min(keep, n - 1)  # llama-server evaluates at least the last token
+    assert retry[0][1:] == (whole.requests[-1][1], True, keep, n - keep)
+    alone = (n - keep - 1) % 63 == 0
+    assert len(retry) == (1 if alone else 2) and up.widths == [8] * len(retry)
+    if not alone:
+        assert retry[-1][1:] == whole.requests[-1][1:]
+    assert sum(r[4] for r in retry) == n - keep + (0 if alone else 1)
+    assert out.decision == expected.decision

@@ -1,0 +1,106 @@
+"""What a read costs on this llama-server, learned from its own answers.
+
+Each ``/completion`` request a decision makes is one of three kinds of step: a
+batch of 64 tokens or more (the segment scheme's cold shared segment, in the
+tiled kernel), a chunk of 2 to 63 tokens (everything the prefix scheme
+evaluates) or a one-token read (the last row, its sampling and its
+log-probabilities). The seconds llama-server reports for a step (``timings``:
+``prompt_ms`` plus ``predicted_ms``) are modelled per kind as
+
+    seconds = a * e + b * e * (k + e / 2)
+
+for ``e`` tokens evaluated after ``k`` reused: ``a`` the cost of a token's
+weights, ``b`` of its attention over the rows before it (on average
+``k + e / 2`` of them). ``a`` and ``b`` are fitted by least squares over the
+steps seen, the older ones weighing less (``FORGET`` per step), from steps
+that ran while no other step of this process did: llama-server shares its
+threads among the slots it evaluates together, so a step that ran beside
+others took longer than it costs. The time around llama-server's own (HTTP,
+JSON) is a moving average per step. Until a kind has been seen, its
+neighbour stands in (a batch costs what a chunk does and vice versa); until
+none has, nothing is estimated (``None``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["StepCost", "CostModel", "ONE", "CHUNK", "BATCH", "kind_of"]
+
+ONE, CHUNK, BATCH = "one", "chunk", "batch"
+FORGET = 0.97  # weight of the previous steps when a new one is fitted in
+_OVERHEAD_SMOOTHING = 0.1
+_TILED = 64  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+
+
+def kind_of(evaluated: int, ubatch: int) -> str:
+    """The kind of step that evaluates ``evaluated`` tokens with physical batch ``ubatch``
+    (0: unknown, taken as llama-server's default of 512)."""
+    if evaluated <= 1:
+        return ONE
+    if evaluated >= _TILED and (ubatch == 0 or ubatch >= _TILED):
+        return BATCH
+    return CHUNK
+
+
+@dataclass
+class StepCost:
+    """``a * e + b * e * (k + e / 2)`` seconds, fitted by forgetting least squares."""
+
+    sxx: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # x1x1, x1x2, x2x2
+    sxy: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    a: float | None = None
+    b: float = 0.0
+
+    def add(self, evaluated: int, cached: int, seconds: float) -> None:
+        x1 = float(evaluated)
+        x2 = evaluated * (cached + evaluated / 2)
+        s, t = self.sxx, self.sxy
+        s[0] = FORGET * s[0] + x1 * x1
+        s[1] = FORGET * s[1] + x1 * x2
+        s[2] = FORGET * s[2] + x2 * x2
+        t[0] = FORGET * t[0] + x1 * seconds
+        t[1] = FORGET * t[1] + x2 * seconds
+        det = s[0] * s[2] - s[1] * s[1]
+        a = b = None
+        if det > 1e-9 * s[0] * s[2]:  # two unknowns, told apart by the steps' lengths
+            a = (t[0] * s[2] - s[1] * t[1]) / det
+            b = (s[0] * t[1] - s[1] * t[0]) / det
+        if a is None or a <= 0 or b < 0:  # one unknown: the cost per token, as measured
+            a, b = t[0] / s[0], 0.0
+        self.a, self.b = a, b
+
+    def seconds(self, evaluated: int, cached: int) -> float | None:
+        if self.a is None:
+            return None
+        return self.a * evaluated + self.b * evaluated * (cached + evaluated / 2)
+
+
+class CostModel:
+    """The three kinds of step (``kind_of``) and the time around them."""
+
+    def __init__(self) -> None:
+        self.steps = {ONE: StepCost(), CHUNK: StepCost(), BATCH: StepCost()}
+        self.overhead_s = 0.0
+        self.observed = 0
+
+    def observe(self, kind: str, evaluated: int, cached: int, upstream_s: float,
+                wall_s: float) -> None:
+        """A step that ran alone: ``upstream_s`` by llama-server's timings, ``wall_s`` as
+        this process waited for it."""
+        self.steps[kind].add(evaluated, cached, upstream_s)
+        extra = max(0.0, wall_s - upstream_s)
+        self.overhead_s = (extra if self.observed == 0 else
+                           (1 - _OVERHEAD_SMOOTHING) * self.overhead_s
+                           + _OVERHEAD_SMOOTHING * extra)
+        self.observed += 1
+
+    def step_s(self, kind: str, evaluated: int, cached: int) -> float | None:
+        """Seconds one step takes on an idle server, or None while nothing is known."""
+        order = {ONE: (ONE, CHUNK, BATCH), CHUNK: (CHUNK, BATCH, ONE),
+                 BATCH: (BATCH, CHUNK, ONE)}[kind]
+        for k in order:
+            s = self.steps[k].seconds(evaluated, cached)
+            if s is not None:
+                return s + self.overhead_s
+        return None

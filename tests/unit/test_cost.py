@@ -1,0 +1,51 @@
+"""The cost model: exact fits of what llama-server reports."""
+
+import pytest
+
+from proxy.cost import BATCH, CHUNK, ONE, CostModel, StepCost, kind_of
+
+
+@pytest.mark.parametrize(("evaluated", "ubatch", "kind"), [
+    (1, 63, ONE), (0, 63, ONE), (2, 63, CHUNK), (500, 63, CHUNK), (63, 512, CHUNK),
+    (64, 512, BATCH), (64, 0, BATCH), (64, 63, CHUNK)])
+def test_kind_of(evaluated, ubatch, kind):
+    assert kind_of(evaluated, ubatch) == kind
+
+
+def test_two_lengths_tell_the_weights_from_the_attention():
+    # a = 4 ms per token, b = 1 us per token and row attended: 100 tokens from position 0
+    # take 0.4 + 1e-6 * 100 * 50 = 0.405 s; 1,000 take 4 + 1e-6 * 1000 * 500 = 4.5 s
+    cost = StepCost()
+    cost.add(100, 0, 0.405)
+    cost.add(1000, 0, 4.5)
+    assert (cost.a, cost.b) == (pytest.approx(0.004, rel=1e-9), pytest.approx(1e-6, rel=1e-9))
+    # 500 tokens after 1,000 reused: 2 + 1e-6 * 500 * 1250
+    assert cost.seconds(500, 1000) == pytest.approx(2.625, rel=1e-9)
+
+
+def test_one_length_is_a_cost_per_token():
+    cost = StepCost()
+    assert cost.seconds(10, 0) is None
+    cost.add(200, 0, 1.0)
+    assert (cost.a, cost.b) == (0.005, 0.0)
+    assert cost.seconds(10, 5000) == 0.05
+
+
+def test_older_steps_weigh_less():
+    # 0.97 for the first, 1 for the second: a = (0.97*1*0.002 + 1*1*0.004) / 1.97
+    cost = StepCost()
+    cost.add(1, 0, 0.002)
+    cost.add(1, 0, 0.004)
+    assert cost.a == pytest.approx((0.97 * 0.002 + 0.004) / 1.97, rel=1e-12) and cost.b == 0.0
+
+
+def test_a_kind_not_yet_seen_is_costed_as_its_neighbour_plus_the_time_around():
+    model = CostModel()
+    assert model.step_s(CHUNK, 100, 0) is None
+    model.observe(CHUNK, 100, 0, upstream_s=0.5, wall_s=0.51)
+    assert model.step_s(CHUNK, 100, 0) == pytest.approx(0.51, rel=1e-9)
+    assert model.step_s(BATCH, 200, 0) == pytest.approx(1.01, rel=1e-9)  # the chunk's rate
+    model.observe(ONE, 1, 100, upstream_s=0.02, wall_s=0.04)
+    # the time around: 0.9 * 0.01 + 0.1 * 0.02
+    assert model.overhead_s == pytest.approx(0.011, rel=1e-9)
+    assert model.step_s(ONE, 1, 100) == pytest.approx(0.031, rel=1e-9)
