@@ -25,6 +25,7 @@ class Settings:
     connect_timeout_s: float = 3.0
     request_timeout_s: float = 55.0  # under SageMaker's 60 s invocation limit
     max_body_bytes: int = 6 * 1024 * 1024  # SageMaker's real-time payload limit
+    relay_max_tokens: int = 2048  # a relayed generation's length when it names none; 0: no cap
     retry_after_s: int = 2
     n_probs: int = 16  # first read (at least 4 per label); widened only when a label is missing
     question_fanout: int = 1  # questions of one request read at once after the first
@@ -57,6 +58,8 @@ class Settings:
                      "decision_deadline_s", "invocations_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
+        if self.relay_max_tokens < 0:
+            raise ValueError("relay_max_tokens must be 0 (no cap) or more")
         if self.max_body_bytes < 1024:
             raise ValueError("max_body_bytes must be at least 1024")
         if self.n_probs < 1:
@@ -81,6 +84,14 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "connect_timeout_s": ("PROXY_CONNECT_TIMEOUT", "seconds to connect to llama-server"),
     "request_timeout_s": ("PROXY_REQUEST_TIMEOUT", "seconds for a whole upstream call (504 after)"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", "largest request body accepted (413 above)"),
+    "relay_max_tokens": (
+        "PROXY_RELAY_MAX_TOKENS",
+        "most tokens a relayed generation may ask for (max_tokens, max_completion_tokens, "
+        "max_output_tokens, n_predict): inserted when a request names none, 400 above or for "
+        "-1; 0: no cap (llama-server's own default: until the slot's context is full). 2048 "
+        "holds a long chat answer and keeps a generation that never stops to minutes of one "
+        "slot on a CPU",
+    ),
     "retry_after_s": ("PROXY_RETRY_AFTER", "Retry-After seconds sent with 503"),
     "n_probs": ("PROXY_N_PROBS", "top log-probabilities asked for on the first read"),
     "question_fanout": (

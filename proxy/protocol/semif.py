@@ -35,8 +35,8 @@ from ..decision.question import (
 )
 from ..errors import InvalidRequest
 
-__all__ = ["MAX_TOP_LOGPROBS", "SemifSpec", "SemifCall", "check_relayed_messages", "parse_semif",
-           "refuse_incompatible", "requested_logprobs"]
+__all__ = ["MAX_TOP_LOGPROBS", "SemifSpec", "SemifCall", "parse_semif", "refuse_incompatible",
+           "requested_logprobs"]
 
 _BUILDERS = {"choice": choice_question, "noul": noul_question, "score": score_question}
 
@@ -154,22 +154,6 @@ def refuse_incompatible(body: dict[str, Any]) -> None:
 
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-
-
-def check_relayed_messages(body: dict[str, Any]) -> None:
-    """The part of the OpenAI chat shape llama-server answers with a 500 when broken
-    (b11434: "Failed to parse messages"): every message an object with a string
-    ``role``. The rest (content types, roles a template may know) stays llama-server's
-    to judge, with its own 4xx."""
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise InvalidRequest("each message must be an object", param=f"messages.{i}")
-        if not isinstance(message.get("role"), str):
-            raise InvalidRequest("each message needs a role, a string such as \"user\"",
-                                 param=f"messages.{i}.role", code="missing_role")
 
 
 def _check_message(message: object, param: str) -> None:

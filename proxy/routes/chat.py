@@ -7,16 +7,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..app_keys import KIND, MODELS, UPSTREAM
+from ..app_keys import KIND, MODELS, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunks
 from ..profiles import calibrate, debias_for
-from ..protocol.semif import (
-    check_relayed_messages,
-    parse_semif,
-    refuse_incompatible,
-    requested_logprobs,
-)
+from ..protocol.relayed import relayed_body
+from ..protocol.semif import parse_semif, refuse_incompatible, requested_logprobs
 from ..decision.outcome import Outcome
 from ..decision.prompt import PROMPT_FORMAT_VERSIONS
 from ..served import UnknownModel
@@ -28,9 +24,10 @@ __all__ = ["chat_completions", "chat_decision"]
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     raw = await request.read()
     body = json_object(raw)
-    if body.get("semif") is None:
-        check_relayed_messages(body)  # a 4xx here, not llama-server's 500
-        return await relay(request, request.app[UPSTREAM], raw, "/v1/chat/completions")
+    if body.get("semif") is None:  # checked and bounded here: a 400, not llama-server's 500
+        path = "/v1/chat/completions"
+        data = relayed_body(path, body, raw, request.app[SETTINGS].relay_max_tokens)
+        return await relay(request, request.app[UPSTREAM], data, path)
     request[KIND] = "decision"
     top = requested_logprobs(body)
     include_usage = _include_usage(body)

@@ -8,6 +8,10 @@ admin key in ``X-Admin-Key``:
     POST /props                                   change the server's properties
 
 ``GET /slots`` and ``GET /props`` only read and are relayed like everything else.
+
+POST bodies to llama-server's chat and generation paths are read first
+(``proxy/protocol/relayed.py``): chat bodies checked as OpenAI's shape, generations
+bounded to ``--relay-max-tokens``; every other body goes through as its bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from aiohttp import web
 
 from ..app_keys import SETTINGS, UPSTREAM
 from ..errors import ProxyError
-from .common import relay
+from ..protocol.relayed import CHAT_PATHS, GENERATIONS, relayed_body
+from .common import json_object, relay
 
 __all__ = ["relayed", "is_control"]
 
@@ -44,4 +49,8 @@ async def relayed(request: web.Request) -> web.StreamResponse:
                             "the proxy's admin key in X-Admin-Key (PROXY_ADMIN_KEY)",
                             param="X-Admin-Key")
     body = await request.read() if request.body_exists else None
+    path = request.path
+    if request.method == "POST" and (path in CHAT_PATHS or path in GENERATIONS):
+        raw = body or b""
+        body = relayed_body(path, json_object(raw), raw, request.app[SETTINGS].relay_max_tokens)
     return await relay(request, request.app[UPSTREAM], body)

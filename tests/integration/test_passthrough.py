@@ -30,7 +30,7 @@ def test_plain_request_gets_the_same_answer_as_llama_server(proxy_url, llama):
 @pytest.mark.parametrize(
     "body",
     [
-        {"messages": "not a list"},
+        {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}},
         {"messages": [{"role": "user", "content": "hi"}], "n_probs": "many", "max_tokens": "x"},
     ],
 )

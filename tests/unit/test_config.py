@@ -18,6 +18,8 @@ def test_defaults_when_nothing_is_given():
         ([], {"PROXY_QUESTION_FANOUT": "0"}, "question_fanout", 0),
         ([], {"PROXY_API_KEY": ""}, "api_key", None),  # empty means unset
         (["--max-body-bytes", "2048"], {}, "max_body_bytes", 2048),
+        ([], {"PROXY_RELAY_MAX_TOKENS": "0"}, "relay_max_tokens", 0),  # no cap
+        ([], {}, "relay_max_tokens", 2048),
     ],
 )
 def test_flags_then_environment_then_defaults(argv, env, field, expected):
@@ -32,6 +34,7 @@ def test_flags_then_environment_then_defaults(argv, env, field, expected):
         ([], {"PROXY_MAX_BODY_BYTES": "10"}),
         (["--n-probs", "0"], {}),
         ([], {"PROXY_MAX_ACTIVE": "0"}),
+        (["--relay-max-tokens", "-1"], {}),
     ],
 )
 def test_impossible_settings_are_refused(argv, env):

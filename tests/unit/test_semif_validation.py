@@ -3,7 +3,7 @@ import math
 import pytest
 
 from proxy.errors import InvalidRequest
-from proxy.protocol.semif import check_relayed_messages, parse_semif, refuse_incompatible
+from proxy.protocol.semif import parse_semif, refuse_incompatible
 
 MANY = [f"o{i}" for i in range(256)]
 
@@ -146,31 +146,6 @@ def test_very_large_calls_are_parsed_but_not_remembered():
     big = {"options": {"a": "x" * 10_000, "b": None}}
     assert parse_semif(big) is not parse_semif(big)
     assert all(len(key) <= semif._MAX_KEY_BYTES for key in semif._PARSED)
-
-
-@pytest.mark.parametrize(
-    ("body", "param"),
-    [
-        ({"messages": [{"content": "hi"}]}, "messages.0.role"),
-        ({"messages": [{"role": "user", "content": "a"}, {"role": 5, "content": "b"}]},
-         "messages.1.role"),
-        ({"messages": [{"role": "user", "content": "a"}, "b"]}, "messages.1"),
-    ],
-)
-def test_relayed_chat_without_a_role_is_refused_naming_the_message(body, param):
-    with pytest.raises(InvalidRequest) as err:
-        check_relayed_messages(body)
-    assert err.value.param == param and err.value.status == 400
-
-
-@pytest.mark.parametrize("body", [
-    {"messages": "not a list"},                                       # llama-server's 400
-    {"messages": [{"role": "martian", "content": "hi"}]},             # a template may know it
-    {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-    {"prompt": "no messages at all"},
-])
-def test_relayed_chat_keeps_the_rest_for_llama_server(body):
-    check_relayed_messages(body)
 
 
 @pytest.mark.parametrize("semif, layout", [
