@@ -1,0 +1,136 @@
+"""Admission by cost, shared work done once, and work that survives a deadline, with the
+real llama-server: what the decision reads cost is counted from llama-server's own
+``/metrics`` and the answers' usage, never from the wall clock."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import launch_proxy
+from scripts.stack import stop
+
+ROUTE = {"options": ["billing", "shipping", "technical"]}
+SENTENCE = ("The customer writes that order {n} arrived late, the box was open and one of the "
+            "three items is missing, so they want the rest refunded or sent again. ")
+
+
+def _long(n: int, sentences: int) -> str:
+    return "".join(SENTENCE.format(n=n * 1000 + i) for i in range(sentences))
+
+
+def _evaluated(llama) -> int:
+    text = httpx.get(llama.url + "/metrics", timeout=120).text
+    return int(float(re.search(r"^llamacpp:prompt_tokens_total (\S+)$", text, re.M).group(1)))
+
+
+def _settled(url: str) -> None:
+    """A first decision, then the self-check it starts: the costs are known after it."""
+    for _ in range(10):  # a short deadline may cut the first (it verifies the labels)
+        resp = httpx.post(url + "/v1/chat/completions", timeout=300, json={
+            "model": "m", "messages": [{"role": "user", "content": "warm up"}], "semif": ROUTE})
+        if resp.status_code != 504:
+            break
+    assert resp.status_code == 200, resp.text
+    deadline = time.monotonic() + 300
+    while not all(c.get("repeatable") is not None for c in (
+            httpx.get(url + "/v1/models", timeout=60).json().get("x_repeatable") or {"": {}}
+    ).values()):
+        assert time.monotonic() < deadline, "the self-check did not finish"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def short_deadline(llama, logs_dir) -> Iterator[str]:
+    proc, url, log = launch_proxy(logs_dir, llama.url, "--decision-deadline-s", "3")
+    try:
+        _settled(url)
+        yield url
+    finally:
+        stop(proc)
+        log.close()
+
+
+def test_a_decision_no_server_could_read_in_time_is_refused_at_once_naming_the_estimate(
+        short_deadline):
+    body = {"model": "m", "messages": [{"role": "user", "content": _long(1, 160)}],
+            "semif": ROUTE}
+    started = time.monotonic()
+    resp = httpx.post(short_deadline + "/v1/chat/completions", json=body, timeout=120)
+    waited = time.monotonic() - started
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "exceeds_deadline"
+    assert re.match(r"this request needs about [\d,]+ prompt tokens, about \d+ s on this "
+                    r"server; the deadline is 3 s", error["message"]), error["message"]
+    tokens = int(re.search(r"about ([\d,]+) prompt", error["message"]).group(1).replace(",", ""))
+    assert tokens > 5000  # the conversation's tokens, as planned: none of it is held
+    assert waited < 3  # told at once, not after the deadline
+
+
+def test_system_one_refuses_it_with_a_422_detail(short_deadline):
+    resp = httpx.post(short_deadline + "/v1/systemone", timeout=120, json={
+        "model": "jev-latest", "state": _long(2, 160),
+        "questions": {"team": {"type": "choice", "instructions": "Which team?",
+                               "criteria": {"billing": None, "shipping": None}}}})
+    assert resp.status_code == 422, resp.text
+    assert "the deadline is 3 s" in str(resp.json()["detail"])
+
+
+def test_questions_sent_at_once_about_one_state_evaluate_it_once(proxy_url, llama):
+    _settled(proxy_url)
+    state = _long(3, 12)  # about 500 tokens
+    tokens = len(httpx.post(llama.url + "/tokenize", json={"content": state}).json()["tokens"])
+    questions = [{"q": {"type": "choice", "instructions": f"Is this about topic {i}?",
+                        "criteria": {"yes": None, "no": None}}} for i in range(8)]
+    llama.wait_idle()
+    before = _evaluated(llama)
+
+    async def ask_all() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            return await asyncio.gather(*(client.post(proxy_url + "/v1/systemone", json={
+                "model": "jev-latest", "state": state, "questions": q}) for q in questions))
+
+    answers = asyncio.run(ask_all())
+    assert [r.status_code for r in answers] == [200] * 8, [r.text for r in answers]
+    spent = _evaluated(llama) - before
+    # once the state, then each question's own part (under 100 tokens each): four slots
+    # each evaluating the state would be about 4 x 500
+    assert spent < tokens + 8 * 100, (spent, tokens)
+
+
+def test_a_retry_after_a_client_left_continues_from_what_the_slot_kept(proxy_url, llama,
+                                                                      logs_dir):
+    _settled(proxy_url)
+    body = {"model": "m", "messages": [{"role": "user", "content": _long(4, 30)}],
+            "semif": ROUTE}  # about 900 tokens, one batch of llama-server's
+    llama.wait_idle()
+    with pytest.raises(httpx.TimeoutException):  # leaves while llama-server works
+        httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=0.5)
+    llama.wait_idle(timeout_s=300)
+    resumed = httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=300)
+    assert resumed.status_code == 200, resumed.text
+    usage = resumed.json()["usage"]
+    n = usage["prompt_tokens"] // resumed.json()["semif"]["reads"]
+    evaluated = usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"]
+    # llama-server finishes the batch it was evaluating when the client left (here the
+    # whole prompt): the retry evaluates what follows it, the last token again and, when
+    # that went with others, once more alone, per read
+    assert evaluated <= 2 * resumed.json()["semif"]["reads"], (evaluated, n)
+    # the same read uninterrupted, in a proxy that knows nothing of the slots: it reads
+    # from position 0, and the numbers are the same to the last bit
+    proc, other, log = launch_proxy(logs_dir, llama.url)
+    try:
+        _settled(other)
+        llama.wait_idle()
+        whole = httpx.post(other + "/v1/chat/completions", json=body, timeout=300)
+    finally:
+        stop(proc)
+        log.close()
+    assert whole.status_code == 200, whole.text
+    assert whole.json()["semif"]["probabilities"] == resumed.json()["semif"]["probabilities"]
