@@ -2,7 +2,9 @@
 request, against the same 16 questions sent as 16 separate single-question
 requests (one after another, and all at once), interleaved in one run.
 
-    .venv/bin/python bench/shared_state.py [--rounds 3]
+    .venv/bin/python bench/shared_state.py [--rounds 3] [--paragraphs 66]
+
+``--paragraphs`` sets the state's length (66: about 1,000 tokens; 105: about 1,600).
 
 Every measurement uses a fresh state (a new ticket number at its start), so
 no variant profits from a cache another one filled. Target: the single request
@@ -59,9 +61,12 @@ QUESTIONS = {
 }
 
 
+PARAGRAPHS_IN_STATE = [66]  # --paragraphs
+
+
 def fresh_state() -> str:
     rng = random.Random()
-    body = " ".join(rng.choice(PARAGRAPHS) for _ in range(66))
+    body = " ".join(rng.choice(PARAGRAPHS) for _ in range(PARAGRAPHS_IN_STATE[0]))
     return f"Ticket #{rng.randrange(10**9)}\n\n{body}"
 
 
@@ -114,7 +119,9 @@ async def state_tokens(llama_url: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--paragraphs", type=int, default=66, help="the state's length")
     args = parser.parse_args()
+    PARAGRAPHS_IN_STATE[0] = args.paragraphs
     with llama_server() as llama_url, proxy(llama_url) as proxy_url, \
             proxy(llama_url, ["--question-fanout", "0"]) as fanout_url:
         n_tokens = asyncio.run(state_tokens(llama_url))

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from .errors import InvalidRequest, Overloaded, UpstreamTimeout
 from .slots import Slots
 
-__all__ = ["Admission", "Work", "estimated_finish_s", "finish_s", "smoothed", "slot_waited"]
+__all__ = ["Admission", "Work", "estimate_holder", "estimated_finish_s", "finish_s",
+           "server_timing", "smoothed", "slot_waited"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ def finish_s(work_s: float, ahead: list[float]) -> float:
 _slot_waits: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
     "semif_slot_waits", default=None)
 
+# The estimate the current request was admitted with, for its Server-Timing header
+# (proxy/middleware.py): [Work, finish seconds], empty when none was made.
+_estimate: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "semif_estimate", default=None)
+
 _SMOOTHING = 0.2   # weight of the newest decision in the moving average of decision time
 _HEADROOM = 0.8    # admit only what the estimate finishes within this share of the deadline
 
@@ -74,6 +80,24 @@ def estimated_finish_s(queued: int, active: int, parallel: int, decision_s: floa
         return decision_s
     waiting = queued + active - parallel
     return math.ceil((waiting + 1) / parallel) * decision_s + decision_s
+
+
+def estimate_holder() -> list:
+    """Start recording the admission estimate of the current request: the list returned
+    holds ``[Work, finish_s]`` once a decision was admitted with one."""
+    holder: list = []
+    _estimate.set(holder)
+    return holder
+
+
+def server_timing(holder: list) -> str | None:
+    """The ``Server-Timing`` header value that reports an admission estimate (RFC-less but
+    W3C Server Timing's syntax), or None when there was none."""
+    if not holder:
+        return None
+    work, finish = holder
+    return (f'semif-estimate;dur={finish * 1000:.0f};desc="{work.tokens} prompt tokens, '
+            f'{work.seconds:.3f} s idle"')
 
 
 def slot_waited(seconds: float) -> None:
@@ -148,6 +172,9 @@ class Admission:
                     f"{self._deadline_s:g} s deadline; retry later",
                     retry_after_s=max(1, math.ceil(finish - work.seconds)),
                 )
+            holder = _estimate.get()
+            if holder is not None:
+                holder[:] = [work, finish]
             return _Admitted(self, (work.seconds, finish))
         if self.decision_s is not None:
             finish = estimated_finish_s(self._slots.waiting, self._slots.taken,

@@ -29,6 +29,7 @@ from .errors import (
     openai_error_response,
     system_one_error_response,
 )
+from .admission import estimate_holder, server_timing
 from .metrics import after_reply, upstream_seconds
 
 __all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "count_error", "render_error"]
@@ -48,6 +49,7 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "other"
     upstream = upstream_seconds()
+    estimate = estimate_holder()
     started = time.perf_counter()
     status = 499  # the client went away before an answer
     metrics.request_started(route)
@@ -79,6 +81,9 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
         except Exception as exc:  # noqa: BLE001 - logged with its traceback, answered in JSON
             response = _unexpected(request, exc)
         status = response.status
+        timing = server_timing(estimate)
+        if timing is not None and not response.prepared:  # a stream's headers are gone
+            response.headers["Server-Timing"] = timing
         return response
     finally:
         after_reply(metrics.request_finished, route, request.get(KIND, "other"), status,

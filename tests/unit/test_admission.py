@@ -4,7 +4,8 @@ import asyncio
 
 import pytest
 
-from proxy.admission import Admission, Work, estimated_finish_s, finish_s, smoothed
+from proxy.admission import (Admission, Work, estimated_finish_s, finish_s, server_timing,
+                             smoothed)
 from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
 
 
@@ -311,3 +312,9 @@ async def test_work_that_waiting_would_let_finish_is_429_with_the_wait():
     assert admission.ahead() == []
     async with admission.admit(Work(800, 24.0)):  # nothing ahead any more
         pass
+
+
+def test_the_estimate_is_reported_in_server_timing_syntax():
+    assert server_timing([Work(1234, 2.5), 3.25]) == (
+        'semif-estimate;dur=3250;desc="1234 prompt tokens, 2.500 s idle"')
+    assert server_timing([]) is None
