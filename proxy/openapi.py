@@ -94,13 +94,24 @@ def _semif() -> Schema:
     return {"oneOf": variants}
 
 
+# a relayed generation's length (proxy/protocol/relayed.py)
+_RELAY_TOKENS = {"type": "integer", "minimum": 0, "description": (
+    "at most the proxy's --relay-max-tokens (2048 by default; 400 above), which is inserted "
+    "when the request names no length")}
+
+
 def _request_schemas(schemas: dict[str, Schema]) -> None:
     schemas["Semif"] = _semif()
     text_part = _obj(("type", "text"), type={"const": "text"}, text={"type": "string"})
+    tool_call = _obj(("type", "function"), type={"const": "function"}, id={"type": "string"},
+                     function=_obj(("name", "arguments"), name={"type": "string"},
+                                   arguments={"type": "string"}))
     schemas["Message"] = _obj(("role",), role={"type": "string"}, content={
-        "anyOf": [{"type": ["string", "null"]}, {"type": "array", "items": text_part}]})
-    schemas["Message"]["anyOf"] = [{"required": ["content"]},  # llama-server's rule
-                                   {"properties": {"role": {"const": "assistant"}}}]
+        "anyOf": [{"type": ["string", "null"]}, {"type": "array", "items": text_part}]},
+        tool_calls={"type": "array", "items": tool_call})
+    # llama-server's rule: content, or tool calls in an assistant message
+    schemas["Message"]["anyOf"] = [{"required": ["content"]}, {
+        "required": ["tool_calls"], "properties": {"role": {"const": "assistant"}}}]
     schemas["ChatDecisionRequest"] = _obj(
         ("messages", "semif"),
         messages={"type": "array", "minItems": 1, "items": _ref("Message")},
@@ -113,8 +124,9 @@ def _request_schemas(schemas: dict[str, Schema]) -> None:
         chat_template_kwargs={"type": ["object", "null"]},
     )
     schemas["ChatPassThroughRequest"] = _obj(
-        ("messages",), semif={"type": "null"}, messages={"type": "array", "items": _ref("Message")},
-        max_tokens={"type": "integer"}, stream={"type": "boolean"},
+        ("messages",), semif={"type": "null"},
+        messages={"type": "array", "minItems": 1, "items": _ref("Message")},
+        max_tokens=_RELAY_TOKENS, stream={"type": "boolean"},
     )
     schemas["ChatRequest"] = {
         "oneOf": [_ref("ChatDecisionRequest"), _ref("ChatPassThroughRequest")]}
@@ -387,7 +399,7 @@ def _paths() -> dict[str, Schema]:
             "passed through to llama-server", _response(passthrough, {**_json({"type": "object"}),
                                                                       **_EVENTS}),
             {**_errors("400 401 413 502 503 504", oa), **_RELAYED_500},
-            _obj(("prompt",), prompt={"type": ["string", "array"]}, max_tokens={"type": "integer"},
+            _obj(("prompt",), prompt={"type": ["string", "array"]}, max_tokens=_RELAY_TOKENS,
                  stream={"type": "boolean"}))},
         "/v1/embeddings": {"post": _operation(
             "passed through to llama-server", _response(passthrough, _json({"type": "object"})),

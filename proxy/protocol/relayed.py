@@ -11,7 +11,8 @@ whose ``param`` names the field: ``messages.0.content.1.text``.
 
 Generations (``GENERATIONS``, by upstream path) are bounded by ``cap`` tokens
 (``--relay-max-tokens``): a body that names no length gets the cap inserted; one that asks
-for more, or for no limit (``-1``), is refused with a 400 naming the cap and the setting.
+for more, or for no limit (``-1``), is refused with a 400 naming the cap and the setting,
+as is a length that is not an integer from 0 up.
 llama-server reads the length from the first of ``n_predict``, ``max_completion_tokens``,
 ``max_tokens`` that is not null (Anthropic's ``/v1/messages``: ``max_tokens`` alone, 4096
 when absent; the Responses API: ``max_output_tokens``, which replaces ``max_tokens``), and
@@ -91,31 +92,35 @@ def relayed_body(path: str, body: dict[str, Any], raw: bytes, cap: int) -> bytes
 
 def length_to_insert(body: dict[str, Any], generation: Generation, cap: int) -> int | None:
     """``cap`` when the body names no length llama-server would read, None when it names
-    one within the cap; refused (400) when it asks for more than ``cap`` or for no limit.
-    A length that is not a number is left to llama-server, which refuses it (400) or reads
-    a boolean as 0 or 1."""
+    one within the cap; refused (400) when it asks for more than ``cap``, for no limit, or
+    for a length that is not an integer (OpenAI's rule; llama-server would cut 2.5 to 2
+    and read ``true`` as 1); ``16.0`` is the integer 16."""
     for name in generation.read:
         if name == generation.replaces and generation.insert in body:
             continue
         value = body.get(name)
-        if value is None:
-            continue
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value is not None:
             _check_length(name, value, cap)
-        return None
+            return None
     return cap
 
 
-def _check_length(name: str, value: float, cap: int) -> None:
+def _check_length(name: str, value: object, cap: int) -> None:
     setting = f"--relay-max-tokens, {environment_variable('relay_max_tokens')}"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON's 16.0 is the integer 16 (JSON Schema's rule too)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{name} must be an integer from 0 to {cap}", param=name)
     if value == -1:
         raise InvalidRequest(
             f"{name} -1 asks for no limit; this server caps relayed generations at {cap} "
             f"tokens ({setting}): ask for at most {cap}", param=name, code="over_token_cap")
     if value > cap:
         raise InvalidRequest(
-            f"{name} {value if isinstance(value, int) else f'{value:g}'} is over this server's cap of {cap} tokens for a relayed "
+            f"{name} {value} is over this server's cap of {cap} tokens for a relayed "
             f"generation ({setting}): ask for at most {cap}", param=name, code="over_token_cap")
+    if value < 0:
+        raise InvalidRequest(f"{name} must be an integer from 0 to {cap}", param=name)
 
 
 def check_chat(body: dict[str, Any]) -> None:

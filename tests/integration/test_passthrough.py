@@ -31,7 +31,7 @@ def test_plain_request_gets_the_same_answer_as_llama_server(proxy_url, llama):
     "body",
     [
         {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}},
-        {"messages": [{"role": "user", "content": "hi"}], "n_probs": "many", "max_tokens": "x"},
+        {"messages": [{"role": "user", "content": "hi"}], "n_probs": "many", "max_tokens": 2},
     ],
 )
 def test_upstream_errors_are_relayed_with_the_same_status_and_body(proxy_url, llama, body):

@@ -145,12 +145,10 @@ CHAT, NATIVE, RESPONSES, ANTHROPIC = (GENERATIONS[p] for p in (
     (CHAT, {"max_tokens": None}, CAP),              # null is llama-server's "absent"
     (CHAT, {"max_tokens": 16}, None),
     (CHAT, {"max_tokens": CAP}, None),
+    (CHAT, {"max_tokens": 16.0}, None),            # JSON's integer 16
     (CHAT, {"max_completion_tokens": 0}, None),
     (CHAT, {"n_predict": 16, "max_tokens": 10 ** 6}, None),  # n_predict wins upstream
     (CHAT, {"max_completion_tokens": 16, "max_tokens": 10 ** 6}, None),
-    (CHAT, {"max_tokens": "x"}, None),              # llama-server refuses it (400)
-    (CHAT, {"max_tokens": True}, None),             # llama-server reads 1
-    (CHAT, {"max_tokens": 2.7}, None),              # llama-server reads 2
     (NATIVE, {}, CAP),
     (NATIVE, {"n_predict": None, "max_tokens": 8}, None),
     (RESPONSES, {}, CAP),
@@ -169,8 +167,8 @@ def test_the_cap_goes_in_where_no_length_is_named(generation, body, expected):
     (CHAT, {"max_tokens": 4000}, "max_tokens",
      "max_tokens 4000 is over this server's cap of 2048 tokens for a relayed generation "
      "(--relay-max-tokens, PROXY_RELAY_MAX_TOKENS): ask for at most 2048"),
-    (CHAT, {"max_tokens": 2048.5}, "max_tokens",
-     "max_tokens 2048.5 is over this server's cap of 2048 tokens for a relayed generation "
+    (CHAT, {"max_tokens": 4000.0}, "max_tokens",
+     "max_tokens 4000 is over this server's cap of 2048 tokens for a relayed generation "
      "(--relay-max-tokens, PROXY_RELAY_MAX_TOKENS): ask for at most 2048"),
     (CHAT, {"n_predict": -1, "max_tokens": 3}, "n_predict",
      "n_predict -1 asks for no limit; this server caps relayed generations at 2048 tokens "
@@ -191,6 +189,14 @@ def test_more_than_the_cap_is_refused_naming_the_cap_and_the_setting(generation,
         length_to_insert(body, generation, CAP)
     assert (err.value.status, err.value.param, err.value.code, err.value.message) == (
         400, param, "over_token_cap", message)
+
+
+@pytest.mark.parametrize("value", ["x", True, 2.7, -2, -2.0, {}, [8]])
+def test_a_length_that_is_not_an_integer_from_0_is_refused(value):
+    with pytest.raises(InvalidRequest) as err:
+        length_to_insert({"max_tokens": value}, CHAT, CAP)
+    assert (err.value.status, err.value.param, err.value.code, err.value.message) == (
+        400, "max_tokens", "invalid_request", "max_tokens must be an integer from 0 to 2048")
 
 
 def test_a_body_with_its_length_goes_as_the_clients_bytes():
