@@ -21,9 +21,11 @@ llama-server connections, so llama-server stops too) and the request gets
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import math
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from .errors import InvalidRequest, Overloaded, UpstreamTimeout
@@ -136,7 +138,8 @@ class Admission:
         now = time.monotonic() if now is None else now
         left = [w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
                 for w, since, finish in self._work.values()]
-        unknown = self._slots.taken + self._slots.waiting - len(self._work)
+        unknown = self._slots.taken + self._slots.waiting - sum(
+            1 for t in self._work if isinstance(t, _Admitted))
         if unknown > 0 and self.decision_s is not None:
             left += [self.decision_s] * unknown
         return left
@@ -187,6 +190,21 @@ class Admission:
                     retry_after_s=max(1, math.ceil(finish - budget)),
                 )
         return _Admitted(self, None)
+
+    @contextlib.asynccontextmanager
+    async def relayed(self, work: Work | None) -> AsyncIterator[None]:
+        """Count a relayed request's work (a generation, a chat answer) as admitted while
+        it runs, so that decisions see the CPU it takes: never refused, never cut by the
+        decision deadline (its length is bounded by --relay-max-tokens instead)."""
+        if work is None:
+            yield
+            return
+        ticket = object()
+        self._work[ticket] = (work.seconds, time.monotonic(), work.seconds)
+        try:
+            yield
+        finally:
+            del self._work[ticket]
 
     def limit_parallel(self, slots: int, owner: object = None) -> None:
         """Decisions beyond ``slots`` wait for a llama-server slot (proxy/kv.py) however

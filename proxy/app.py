@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from .admission import Admission
-from .app_keys import METRICS, MODELS, PROFILES, SETTINGS, UPSTREAM
+from .app_keys import ADMISSION, METRICS, MODELS, PROFILES, SETTINGS, UPSTREAM
 from .config import Settings
 from .metrics import Metrics
 from .middleware import MIDDLEWARES
@@ -73,6 +73,7 @@ def _upstream_ctx(given: Upstream | None, worker: tuple[int, int]
             max_active=settings.max_active_decisions, max_queued=settings.max_queued_decisions,
             deadline_s=settings.decision_deadline_s, retry_after_s=settings.retry_after_s,
         )
+        app[ADMISSION] = admission
         app[METRICS].watch(lambda: admission.active, lambda: admission.queued)
         # one decision service per served model, all admitted together
         app[MODELS] = ServedModels(upstream, lambda bound: DecisionService(

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .admission import Admission
 from .config import Settings
 from .metrics import Metrics
 from .profiles import ProfileStore
 from .served import ServedModels
 from .upstream import Upstream
 
-__all__ = ["SETTINGS", "UPSTREAM", "MODELS", "METRICS", "PROFILES", "PEERS", "KIND", "API"]
+__all__ = ["SETTINGS", "UPSTREAM", "MODELS", "METRICS", "PROFILES", "PEERS", "ADMISSION", "KIND",
+           "API"]
 
 SETTINGS = web.AppKey("settings", Settings)
 UPSTREAM = web.AppKey("upstream", Upstream)
 MODELS = web.AppKey("models", ServedModels)
 METRICS = web.AppKey("metrics", Metrics)
 PROFILES = web.AppKey("profiles", ProfileStore)
+ADMISSION = web.AppKey("admission", Admission)
 # The other workers' private metrics sockets (``--workers``; absent with one process).
 PEERS = web.AppKey("peers", tuple)
 

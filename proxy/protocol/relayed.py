@@ -90,6 +90,22 @@ def relayed_body(path: str, body: dict[str, Any], raw: bytes, cap: int) -> bytes
     return raw if insert is None else orjson.dumps({**body, generation.insert: insert})
 
 
+def generation_tokens(path: str, body: dict[str, Any], cap: int) -> int | None:
+    """The most tokens a relayed request to ``path`` generates: what the body asks for
+    (checked by ``relayed_body`` first), else ``cap``; None when ``path`` generates
+    nothing or neither bounds it."""
+    generation = GENERATIONS.get(path)
+    if generation is None:
+        return None
+    for name in generation.read:
+        if name == generation.replaces and generation.insert in body:
+            continue
+        value = body.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            return int(value)
+    return cap if cap > 0 else None
+
+
 def length_to_insert(body: dict[str, Any], generation: Generation, cap: int) -> int | None:
     """``cap`` when the body names no length llama-server would read, None when it names
     one within the cap; refused (400) when it asks for more than ``cap``, for no limit, or

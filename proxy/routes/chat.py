@@ -16,7 +16,8 @@ from ..protocol.semif import parse_semif, refuse_incompatible, requested_logprob
 from ..decision.outcome import Outcome
 from ..decision.prompt import PROMPT_FORMAT_VERSIONS
 from ..served import UnknownModel
-from .common import check_depth, json_object, json_response, relay, select_profile
+from .common import (check_depth, json_object, json_response, relay, relayed_work,
+                     select_profile)
 
 __all__ = ["chat_completions", "chat_decision"]
 
@@ -27,7 +28,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if body.get("semif") is None:  # checked and bounded here: a 400, not llama-server's 500
         path = "/v1/chat/completions"
         data = relayed_body(path, body, raw, request.app[SETTINGS].relay_max_tokens)
-        return await relay(request, request.app[UPSTREAM], data, path)
+        return await relay(request, request.app[UPSTREAM], data, path,
+                           relayed_work(request.app, path, body, data))
     request[KIND] = "decision"
     top = requested_logprobs(body)
     include_usage = _include_usage(body)

@@ -7,10 +7,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..app_keys import KIND, METRICS, MODELS, PROFILES
+from ..admission import Work
+from ..app_keys import ADMISSION, KIND, METRICS, MODELS, PROFILES, SETTINGS
 from ..calibration.profile import Profile
+from ..cost import CHUNK, ONE
 from ..decision.prompt import PROMPT_FORMAT_VERSION
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
+from ..protocol.relayed import generation_tokens
 from ..service import DecisionService
 from ..upstream import Upstream
 
@@ -75,20 +78,45 @@ def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
+# about how many bytes of a JSON chat body make one prompt token (English text)
+_BYTES_PER_TOKEN = 4
+
+
+def relayed_work(app: web.Application, path: str, body: dict[str, Any], raw: bytes
+                 ) -> Work | None:
+    """What a relayed generation will take, for admission to count: its prompt (about
+    one token per four bytes of its body) evaluated, then each token it may generate
+    (``generation_tokens``) costed as a one-token read, on the default model's measured
+    costs (proxy/cost.py); None while those are unknown or nothing is generated."""
+    out = generation_tokens(path, body, app[SETTINGS].relay_max_tokens)
+    if out is None:
+        return None
+    cost = app[MODELS].default_service().cost
+    prompt = max(1, len(raw) // _BYTES_PER_TOKEN)
+    read = cost.step_s(CHUNK, prompt, 0)
+    token = cost.step_s(ONE, 1, prompt)
+    if read is None or token is None:
+        return None
+    return Work(prompt, read + out * token)
+
+
 async def relay(
-    request: web.Request, upstream: Upstream, body: bytes | None, path: str | None = None
+    request: web.Request, upstream: Upstream, body: bytes | None, path: str | None = None,
+    work: Work | None = None,
 ) -> web.StreamResponse:
     """Send the client's request to llama-server unchanged and copy the answer back.
 
     ``path`` is the upstream path (default: the request's own; /invocations
     relays to /v1/chat/completions). Event streams are copied chunk by chunk
-    as they arrive; other bodies whole.
+    as they arrive; other bodies whole. ``work``: what it will take, counted by
+    admission while it runs (``relayed_work``).
     """
     request[KIND] = "relay"
     target = path or request.path
     if request.query_string:
         target += "?" + request.query_string
-    async with upstream.relay(request.method, target, body, request.headers) as up:
+    async with request.app[ADMISSION].relayed(work), \
+            upstream.relay(request.method, target, body, request.headers) as up:
         if not up.is_stream:
             payload = b"".join([chunk async for chunk in up.chunks])
             return web.Response(status=up.status, body=payload, headers=up.headers)

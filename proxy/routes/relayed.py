@@ -23,7 +23,7 @@ from aiohttp import web
 from ..app_keys import SETTINGS, UPSTREAM
 from ..errors import ProxyError
 from ..protocol.relayed import CHAT_PATHS, GENERATIONS, relayed_body
-from .common import json_object, relay
+from .common import json_object, relay, relayed_work
 
 __all__ = ["relayed", "is_control"]
 
@@ -50,7 +50,10 @@ async def relayed(request: web.Request) -> web.StreamResponse:
                             param="X-Admin-Key")
     body = await request.read() if request.body_exists else None
     path = request.path
+    work = None
     if request.method == "POST" and (path in CHAT_PATHS or path in GENERATIONS):
         raw = body or b""
-        body = relayed_body(path, json_object(raw), raw, request.app[SETTINGS].relay_max_tokens)
-    return await relay(request, request.app[UPSTREAM], body)
+        parsed = json_object(raw)
+        body = relayed_body(path, parsed, raw, request.app[SETTINGS].relay_max_tokens)
+        work = relayed_work(request.app, path, parsed, body)
+    return await relay(request, request.app[UPSTREAM], body, work=work)

@@ -318,3 +318,17 @@ def test_the_estimate_is_reported_in_server_timing_syntax():
     assert server_timing([Work(1234, 2.5), 3.25]) == (
         'semif-estimate;dur=3250;desc="1234 prompt tokens, 2.500 s idle"')
     assert server_timing([]) is None
+
+
+async def test_a_relayed_generation_counts_ahead_of_decisions_but_is_never_refused():
+    admission = Admission(max_active=1, max_queued=0, deadline_s=50, retry_after_s=1)
+    async with admission.relayed(Work(100, 45.0)):
+        assert admission.ahead() == [pytest.approx(45.0, rel=1e-3)]
+        async with admission.relayed(Work(100, 45.0)):  # counted, not refused
+            async with admission.admit(Work(50, 10.0)):  # 10 + 2 x 10: 30 s
+                pass
+            with pytest.raises(Overloaded):  # 20 + 2 x 20: 60 s
+                admission.admit(Work(50, 20.0))
+    assert admission.ahead() == []
+    async with admission.admit(Work(50, 20.0)):
+        pass

@@ -5,7 +5,8 @@ import orjson
 import pytest
 
 from proxy.errors import InvalidRequest
-from proxy.protocol.relayed import GENERATIONS, check_chat, length_to_insert, relayed_body
+from proxy.protocol.relayed import (GENERATIONS, check_chat, generation_tokens, length_to_insert,
+                                   relayed_body)
 
 HI = {"role": "user", "content": "hi"}
 
@@ -234,3 +235,15 @@ def test_llama_servers_other_chat_paths_are_checked_too(path):
 def test_other_paths_go_unread():
     raw = b'{"input": "hi"}'
     assert relayed_body("/v1/embeddings", {"input": "hi"}, raw, CAP) is raw
+
+
+@pytest.mark.parametrize(("path", "body", "tokens"), [
+    ("/v1/chat/completions", {"messages": []}, 2048),
+    ("/v1/chat/completions", {"max_tokens": 16}, 16),
+    ("/v1/chat/completions", {"max_tokens": 16, "n_predict": 4}, 4),
+    ("/completion", {"n_predict": 7}, 7),
+    ("/v1/responses", {"max_output_tokens": 9}, 9),
+    ("/tokenize", {"content": "x"}, None),
+])
+def test_generation_tokens(path, body, tokens):
+    assert generation_tokens(path, body, 2048) == tokens
