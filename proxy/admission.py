@@ -8,9 +8,8 @@ they take on an idle server, from ``proxy/cost.py``) is refused at once when it
 cannot finish within its deadline: with a client error (``InvalidRequest``,
 ``exceeds_deadline``) naming the estimate when it could not even on an idle
 server, with 429 and a Retry-After when the work admitted ahead of it is what
-stands in the way (``finish_s``: llama-server shares the CPU among what it
-evaluates, so each request ahead delays it by as much of its own work as it
-shares). A request that says nothing (its model not yet measured) is judged as
+stands in the way (``finish_s``: the requests ahead take llama-server's slots
+in turn, and llama-server shares the CPU among the slots it evaluates). A request that says nothing (its model not yet measured) is judged as
 before: the queue ahead of it and the measured time per decision
 (``estimated_finish_s``). Each admitted decision runs
 under the deadline; when it passes, the work is cancelled (which closes its
@@ -47,13 +46,31 @@ class Work:
         return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
 
 
-def finish_s(work_s: float, ahead: list[float]) -> float:
+def finish_s(work_s: float, ahead: list[float], places: int) -> float:
     """Seconds until a request of ``work_s`` admitted now is answered, when the requests
-    ``ahead`` still have that many seconds of work each and llama-server shares its CPU
-    evenly among what it evaluates: each delays it by as much of its own work as runs
-    beside it, ``work_s + sum(min(r, work_s))`` (processor sharing, nothing arriving
-    later; a request queued for a slot ahead of it delays it as if it ran beside it)."""
-    return work_s + math.fsum(min(r, work_s) for r in ahead)
+    ``ahead`` (in the order they were admitted) still have that many seconds of work
+    each: they take llama-server's ``places`` slots first come, first served, and the
+    CPU is shared evenly among those in a slot (processor sharing). Each admitted
+    request in a slot delays this one by as much of its work as runs beside it; one
+    still waiting for a slot delays it by all of its own, once the slots are all
+    taken."""
+    jobs = [*ahead, work_s]
+    running, waiting = jobs[:places], jobs[places:]
+    mine = len(jobs) - 1  # this request's index: the last
+    ids = list(range(len(running)))
+    next_id = len(running)
+    clock = 0.0
+    while True:
+        least = min(running)
+        clock += least * len(running)
+        left = [(i, r - least) for i, r in zip(ids, running)]
+        if any(i == mine and r <= 1e-12 for i, r in left):
+            return clock
+        kept = [(i, r) for i, r in left if r > 1e-12]
+        while len(kept) < places and waiting:
+            kept.append((next_id, waiting.pop(0)))
+            next_id += 1
+        ids, running = [i for i, _ in kept], [r for _, r in kept]
 
 
 # Seconds the current admitted decision spent waiting for a llama-server slot (proxy/kv.py):
@@ -167,7 +184,7 @@ class Admission:
                     f"{self._deadline_s:g} s: send a shorter conversation or fewer options, "
                     "or start the proxy with a longer --decision-deadline-s",
                     code="exceeds_deadline")
-            finish = finish_s(work.seconds, self.ahead())
+            finish = finish_s(work.seconds, self.ahead(), self.parallel)
             if finish > self._deadline_s:
                 raise Overloaded(
                     f"this request needs {work.describe()}; with the work admitted ahead of "
@@ -192,13 +209,22 @@ class Admission:
         return _Admitted(self, None)
 
     @contextlib.asynccontextmanager
-    async def relayed(self, work: Work | None) -> AsyncIterator[None]:
+    async def relayed(self, work: Work | None, timeout_s: float) -> AsyncIterator[None]:
         """Count a relayed request's work (a generation, a chat answer) as admitted while
-        it runs, so that decisions see the CPU it takes: never refused, never cut by the
-        decision deadline (its length is bounded by --relay-max-tokens instead)."""
+        it runs, so that decisions see the CPU it takes; never cut by the decision deadline
+        (its length is bounded by --relay-max-tokens instead). Refused at once (429) when
+        the work ahead would keep it from finishing within ``timeout_s``, the time the
+        proxy waits for llama-server's answer."""
         if work is None:
             yield
             return
+        finish = finish_s(work.seconds, self.ahead(), self.parallel)
+        if finish > timeout_s:
+            raise Overloaded(
+                f"this generation needs {work.describe()}; with the work admitted ahead of "
+                f"it, it would finish in about {finish:.0f} s, past the {timeout_s:g} s the "
+                "proxy waits for llama-server; retry later",
+                retry_after_s=max(1, math.ceil(finish - work.seconds)))
         ticket = object()
         self._work[ticket] = (work.seconds, time.monotonic(), work.seconds)
         try:

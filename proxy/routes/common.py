@@ -115,7 +115,8 @@ async def relay(
     target = path or request.path
     if request.query_string:
         target += "?" + request.query_string
-    async with request.app[ADMISSION].relayed(work), \
+    timeout_s = request.app[SETTINGS].request_timeout_s
+    async with request.app[ADMISSION].relayed(work, timeout_s), \
             upstream.relay(request.method, target, body, request.headers) as up:
         if not up.is_stream:
             payload = b"".join([chunk async for chunk in up.chunks])

@@ -270,10 +270,15 @@ def test_behind_a_router_every_models_slots_count_once():
     assert small.parallel == 5  # never more than are admitted at once
 
 
-def test_finish_under_processor_sharing():
-    # 2 s of work beside 1 s and 5 s left: the first delays it by 1, the second by 2
-    assert finish_s(2.0, [1.0, 5.0]) == 5.0
-    assert finish_s(3.0, []) == 3.0
+def test_finish_under_processor_sharing_in_llama_servers_slots():
+    # 2 s of work beside 1 s and 5 s left, four slots: the first delays it by 1, the
+    # second by 2
+    assert finish_s(2.0, [1.0, 5.0], 4) == 5.0
+    assert finish_s(3.0, [], 4) == 3.0
+    # two slots taken by 3 s each: 6 s until both are done, then 1 s alone
+    assert finish_s(1.0, [3.0, 3.0], 2) == 7.0
+    # one slot: every request ahead runs whole first
+    assert finish_s(1.0, [2.0, 0.5], 1) == 3.5
 
 
 async def test_work_that_cannot_finish_even_on_an_idle_server_is_a_client_error():
@@ -320,15 +325,19 @@ def test_the_estimate_is_reported_in_server_timing_syntax():
     assert server_timing([]) is None
 
 
-async def test_a_relayed_generation_counts_ahead_of_decisions_but_is_never_refused():
-    admission = Admission(max_active=1, max_queued=0, deadline_s=50, retry_after_s=1)
-    async with admission.relayed(Work(100, 45.0)):
+async def test_a_relayed_generation_counts_ahead_of_decisions():
+    admission = Admission(max_active=4, max_queued=0, deadline_s=50, retry_after_s=1)
+    async with admission.relayed(Work(100, 45.0), 120):
         assert admission.ahead() == [pytest.approx(45.0, rel=1e-3)]
-        async with admission.relayed(Work(100, 45.0)):  # counted, not refused
+        async with admission.relayed(Work(100, 45.0), 120):  # 90 s: within 120
             async with admission.admit(Work(50, 10.0)):  # 10 + 2 x 10: 30 s
                 pass
             with pytest.raises(Overloaded):  # 20 + 2 x 20: 60 s
                 admission.admit(Work(50, 20.0))
+            with pytest.raises(Overloaded) as caught:  # 45 + 45 + 45: past 120 s
+                async with admission.relayed(Work(100, 45.0), 120):
+                    pass
+            assert "would finish in about 135 s, past the 120 s" in caught.value.message
     assert admission.ahead() == []
     async with admission.admit(Work(50, 20.0)):
         pass
