@@ -312,12 +312,12 @@ class DecisionService:
         tokens = 0
         seconds = 0.0
         for messages, question in asked:
-            _info, labels = await self._labels(len(question.names), kwargs)
+            info, labels = await self._labels(len(question.names), kwargs)
             block, _grammar = self._layout(question, tuple(label for label, _ in labels))
             convo = lay_out(messages, block, layout)
             found = await self._prompt(convo, block, kwargs, ubatch) if _text_only(convo) else None
-            if found is None:
-                return None
+            if found is None or (info.n_ctx and len(found[0]) >= info.n_ctx):
+                return None  # read as it comes, or refused by the read for its length
             prompt, s_len = found
             if before is None:  # the slot that holds most of this prompt
                 before = max(book.holds.values(), default=None,

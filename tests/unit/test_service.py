@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from proxy.admission import Admission
+from proxy.cost import CHUNK
 from proxy.decision.question import choice_question
 from proxy.errors import InvalidRequest, UpstreamBadResponse, UpstreamTimeout
 from proxy.kv import common_prefix
@@ -217,10 +219,14 @@ async def test_contextual_calibration_reads_the_content_free_answer_once_per_mod
     assert third.model == "another" and third.reads == 2 and up.reads == []
 
 
-async def test_a_prompt_longer_than_a_slot_is_refused_with_both_counts():
+@pytest.mark.parametrize("costs_known", [False, True])
+async def test_a_prompt_longer_than_a_slot_is_refused_with_both_counts(costs_known):
     up = RecordedUpstream([{49: -1.0, 51: -2.0}])
     up.n_ctx = 64
-    service = DecisionService(up, n_probs=8)
+    admission = Admission(max_active=4, max_queued=4, deadline_s=1, retry_after_s=1)
+    service = DecisionService(up, n_probs=8, admission=admission)
+    if costs_known:  # a second a token: admission would refuse it as past the deadline first
+        service.cost.observe(CHUNK, 10, 0, upstream_s=10.0, wall_s=10.0)
     with pytest.raises(InvalidRequest) as err:
         await service.decide([{"role": "user", "content": "q" * 100}], choice_question(["x", "y"]))
     assert err.value.code == "context_length_exceeded" and err.value.status == 400
