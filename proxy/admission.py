@@ -41,6 +41,10 @@ class Work:
 
     tokens: int
     seconds: float
+    # seconds until its first token on an idle server, when less than all of it (a relayed
+    # generation, whose ``seconds`` count every token it may generate): what its own
+    # refusal is judged by
+    first_s: float | None = None
 
     def describe(self) -> str:
         return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
@@ -213,18 +217,20 @@ class Admission:
         """Count a relayed request's work (a generation, a chat answer) as admitted while
         it runs, so that decisions see the CPU it takes; never cut by the decision deadline
         (its length is bounded by --relay-max-tokens instead). Refused at once (429) when
-        the work ahead would keep it from finishing within ``timeout_s``, the time the
-        proxy waits for llama-server's answer."""
+        the work ahead would keep its first token (``Work.first_s``) from coming within
+        ``timeout_s``, the time the proxy waits for llama-server's answer; its own length
+        never refuses it (it may stop long before its cap)."""
         if work is None:
             yield
             return
-        finish = finish_s(work.seconds, self.ahead(), self.parallel)
-        if finish > timeout_s:
+        first = work.seconds if work.first_s is None else work.first_s
+        start = finish_s(first, self.ahead(), self.parallel)
+        if start > timeout_s:
             raise Overloaded(
-                f"this generation needs {work.describe()}; with the work admitted ahead of "
-                f"it, it would finish in about {finish:.0f} s, past the {timeout_s:g} s the "
-                "proxy waits for llama-server; retry later",
-                retry_after_s=max(1, math.ceil(finish - work.seconds)))
+                f"this generation would wait about {start:.0f} s for its first token behind "
+                f"the work admitted ahead of it, past the {timeout_s:g} s the proxy waits for "
+                "llama-server; retry later",
+                retry_after_s=max(1, math.ceil(start - first)))
         ticket = object()
         self._work[ticket] = (work.seconds, time.monotonic(), work.seconds)
         try:

@@ -97,7 +97,7 @@ def relayed_work(app: web.Application, path: str, body: dict[str, Any], raw: byt
     token = cost.step_s(ONE, 1, prompt)
     if read is None or token is None:
         return None
-    return Work(prompt, read + out * token)
+    return Work(prompt, read + out * token, first_s=read + token)
 
 
 async def relay(

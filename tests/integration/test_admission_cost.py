@@ -134,3 +134,11 @@ def test_a_retry_after_a_client_left_continues_from_what_the_slot_kept(proxy_url
         log.close()
     assert whole.status_code == 200, whole.text
     assert whole.json()["semif"]["probabilities"] == resumed.json()["semif"]["probabilities"]
+
+
+def test_a_relayed_chat_that_names_no_length_is_not_refused_for_the_cap_it_gets(proxy_url):
+    _settled(proxy_url)  # the costs are known: the cap's 2,048 tokens would take minutes
+    resp = httpx.post(proxy_url + "/v1/chat/completions", timeout=300, json={
+        "model": "m", "messages": [{"role": "user", "content": "Say hello."}],
+        "stop": [".", "!", "\n"], "temperature": 0})
+    assert resp.status_code == 200, resp.text

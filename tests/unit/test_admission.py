@@ -337,7 +337,16 @@ async def test_a_relayed_generation_counts_ahead_of_decisions():
             with pytest.raises(Overloaded) as caught:  # 45 + 45 + 45: past 120 s
                 async with admission.relayed(Work(100, 45.0), 120):
                     pass
-            assert "would finish in about 135 s, past the 120 s" in caught.value.message
+            assert "wait about 135 s for its first token" in caught.value.message
+            # its first token in 1 s beside them: 3 s, though all of it may take 200 s
+            async with admission.relayed(Work(100, 200.0, first_s=1.0), 120):
+                pass
     assert admission.ahead() == []
     async with admission.admit(Work(50, 20.0)):
         pass
+
+
+async def test_a_long_generation_on_an_idle_server_is_not_refused_for_its_own_length():
+    admission = Admission(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+    async with admission.relayed(Work(30, 143.0, first_s=0.3), 55):  # 2048 tokens at most
+        assert admission.ahead() == [pytest.approx(143.0, rel=1e-3)]
