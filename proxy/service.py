@@ -47,8 +47,8 @@ from .decision.readout import decide
 from .admission import Admission, Work
 from .cost import ONE, CostModel, kind_of
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import (LONE_ROW_CELLS, MAX_SMALL_CHUNK, Held, SlotBook, Step, after, common_prefix, lone_last, plan,
-                 plan_prefix)
+from .kv import (LONE_ROW_CELLS, MAX_SMALL_CHUNK, Held, SlotBook, Step, after, common_prefix,
+                 lone_last, plan, plan_prefix)
 from .metrics import Metrics, after_reply
 from .upstream import Completion, ModelInfo, NextToken, Upstream
 
