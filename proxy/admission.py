@@ -11,10 +11,10 @@ server, with 429 and a Retry-After when the work admitted ahead of it is what
 stands in the way (``finish_s``: the requests ahead take llama-server's slots
 in turn, and llama-server shares the CPU among the slots it evaluates). A
 request that says nothing (its model not yet measured) is judged as before: the
-queue ahead of it and the measured time per decision (``estimated_finish_s``). Each admitted decision runs
-under the deadline; when it passes, the work is cancelled (which closes its
-llama-server connections, so llama-server stops too) and the request gets
-``UpstreamTimeout`` (504).
+queue ahead of it and the measured time per decision (``estimated_finish_s``).
+Each admitted decision runs under the deadline; when it passes, the work is
+cancelled (which closes its llama-server connections, so llama-server stops too)
+and the request gets ``UpstreamTimeout`` (504).
 """
 
 from __future__ import annotations
