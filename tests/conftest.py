@@ -18,7 +18,7 @@ from scripts.stack import (UBATCH, file_tail, llama_exit_reason, start_llama_ser
 
 SLOTS_TIMEOUT_S = 120  # a whole batch of a long prompt on the slowest CPU seen
 
-__all__ = ["LlamaServer", "free_port", "launch_llama", "launch_proxy"]
+__all__ = ["LlamaServer", "free_port", "launch_llama", "launch_proxy", "wait_for_self_check"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,18 @@ class LlamaServer:
         while self.busy_slots():
             assert time.monotonic() < deadline, "llama-server stayed busy"
             time.sleep(0.05)
+
+
+def wait_for_self_check(url: str, timeout_s: float = 300) -> None:
+    """Until the proxy's repeatability self-check, which a first decision starts and which
+    leases every slot while it reads, has finished (a decision sent meanwhile waits for it:
+    seconds on a slow CPU)."""
+    deadline = time.monotonic() + timeout_s
+    while not all(check.get("repeatable") is not None for check in (
+            httpx.get(url + "/v1/models", timeout=60).json().get("x_repeatable") or {"": {}}
+    ).values()):
+        assert time.monotonic() < deadline, "the self-check did not finish"
+        time.sleep(0.2)
 
 
 def binaries() -> tuple[Path, Path]:

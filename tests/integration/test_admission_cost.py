@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import launch_proxy
+from tests.conftest import launch_proxy, wait_for_self_check
 from scripts.stack import stop
 
 ROUTE = {"options": ["billing", "shipping", "technical"]}
@@ -37,12 +37,7 @@ def _settled(url: str) -> None:
         if resp.status_code != 504:
             break
     assert resp.status_code == 200, resp.text
-    deadline = time.monotonic() + 300
-    while not all(c.get("repeatable") is not None for c in (
-            httpx.get(url + "/v1/models", timeout=60).json().get("x_repeatable") or {"": {}}
-    ).values()):
-        assert time.monotonic() < deadline, "the self-check did not finish"
-        time.sleep(0.2)
+    wait_for_self_check(url)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from aiohttp import web
 from proxy.app import create_app
 from proxy.config import Settings
 from scripts.stack import stop
-from tests.conftest import free_port, launch_llama, launch_proxy
+from tests.conftest import free_port, launch_llama, launch_proxy, wait_for_self_check
 from tests.standin import StandIn
 
 DECISION = {"messages": [{"role": "user", "content": "Ticket: where is my parcel?"}],
@@ -168,6 +168,7 @@ def test_slow_clients_do_not_block_others(proxy_url):
                 time.sleep(0.05)
 
     httpx.post(proxy_url + "/v1/chat/completions", json=DECISION, timeout=30)  # warm
+    wait_for_self_check(proxy_url)  # it leases every slot while it reads
     drippers = [threading.Thread(target=drip) for _ in range(8)]
     for d in drippers:
         d.start()
