@@ -16,9 +16,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import scripts.stack as stack  # noqa: E402
 from _machine import describe  # noqa: E402
-from _servers import llama_server, proxy  # noqa: E402
+from _servers import llama_server, proxy  # noqa: E402  (puts the repository on the path)
+
+import scripts.stack as stack  # noqa: E402
 
 
 def _flags(ubatch: int) -> list[str]:
