@@ -1,7 +1,7 @@
 # Two commands matter: `make run` and `make test`. Each installs what is missing.
 # `make run` installs only requirements/runtime.lock (what the proxy and the single image
 # run); `make test`, `unit`, `bench` and `results` install requirements/dev.lock (runtime
-# plus the calibrate and test extras). Both locks are pinned and hash-checked, and
+# plus the tools and test extras). Both locks are pinned and hash-checked, and
 # `make lock` regenerates both from pyproject.toml (see the `lock` target below).
 SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -45,12 +45,12 @@ $(VENV)/.runtime: $(RUNTIME_LOCK)
 	@touch $@
 
 $(VENV)/.dev: $(DEV_LOCK)
-	$(call install_lock,$(DEV_LOCK),runtime plus the calibrate and test extras: about a minute)
+	$(call install_lock,$(DEV_LOCK),runtime plus the tools and test extras: about a minute)
 	@$(PY) -c "import pytest, httpx, matplotlib" && touch $@ $(VENV)/.runtime
 
 # Regenerate both locks from pyproject.toml with pip-compile (pip-tools, installed into a
 # throwaway venv): runtime.lock is [project.dependencies] plus the `image` extra
-# (supervisor); dev.lock adds the calibrate and test extras, constrained to runtime.lock
+# (supervisor); dev.lock adds the tools and test extras, constrained to runtime.lock
 # so both agree on every shared package. Pins already in a lock are kept; to move them,
 # edit pyproject.toml or pass LOCK_ARGS=--upgrade (or --upgrade-package NAME).
 # Needs Python 3.11 as $(PYTHON) (pyproject's requires-python).
@@ -64,7 +64,7 @@ lock:
 	export CUSTOM_COMPILE_COMMAND="make lock" && \
 	"$$tmp/bin/pip-compile" $(COMPILE) $(LOCK_ARGS) --extra=image \
 		--output-file=$(RUNTIME_LOCK) pyproject.toml && \
-	"$$tmp/bin/pip-compile" $(COMPILE) $(LOCK_ARGS) --extra=image --extra=calibrate --extra=test \
+	"$$tmp/bin/pip-compile" $(COMPILE) $(LOCK_ARGS) --extra=image --extra=tools --extra=test \
 		--constraint=$(RUNTIME_LOCK) --output-file=$(DEV_LOCK) pyproject.toml && \
 	echo "[make] $(RUNTIME_LOCK) and $(DEV_LOCK) written"
 
