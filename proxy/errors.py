@@ -4,6 +4,7 @@
     ├── InvalidRequest              400     the client sent something we refuse; names the field
     │   ├── NotFound                404     no such model (GET /v1/models/{id})
     │   ├── RequestTooLarge         413     body over the configured size
+    │   ├── UnsupportedEncoding     415     a Content-Encoding aiohttp does not decode
     │   └── Unprocessable           422     System One validation: a list of {loc, msg, type}
     ├── Unauthorized                401     missing or wrong bearer key
     ├── Overloaded                  429     too many decisions in flight and queued (Retry-After)
@@ -15,20 +16,22 @@
 
 Foreign exceptions (aiohttp, JSON) are translated into these at the module that
 meets them (``upstream.py``, the routes); nothing else raises HTTP errors.
+
+The bodies are built here, as plain data (``openai_error_body``, ``system_one_error``),
+so that ``protocol/`` can raise these without importing aiohttp; the middleware turns
+them into HTTP responses.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-from aiohttp import web
+from typing import Any, NamedTuple
 
 __all__ = [
     "ProxyError",
     "InvalidRequest",
     "NotFound",
     "RequestTooLarge",
+    "UnsupportedEncoding",
     "Unprocessable",
     "Unauthorized",
     "Overloaded",
@@ -37,10 +40,11 @@ __all__ = [
     "UpstreamTimeout",
     "UpstreamBadResponse",
     "UpstreamRejected",
+    "ErrorReply",
+    "openai_error",
     "openai_error_body",
     "error_record",
-    "openai_error_response",
-    "system_one_error_response",
+    "system_one_error",
 ]
 
 
@@ -167,29 +171,26 @@ def error_record(err: ProxyError) -> dict[str, Any]:
     return {"error": record}
 
 
-def openai_error_response(err: ProxyError) -> web.Response:
-    return web.Response(
-        status=err.status,
-        body=orjson.dumps(openai_error_body(err)),
-        content_type="application/json",
-        headers=err.headers(),
-    )
+class ErrorReply(NamedTuple):
+    """An error answer as data: its status, its JSON body and its extra headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
 
 
-def system_one_error_response(err: ProxyError) -> web.Response:
+def openai_error(err: ProxyError) -> ErrorReply:
+    return ErrorReply(err.status, openai_error_body(err), err.headers())
+
+
+def system_one_error(err: ProxyError) -> ErrorReply:
     """System One errors: 422 ``{"detail": [{loc, msg, type}]}``, others ``{"detail": msg}``."""
     if isinstance(err, Unprocessable):
         detail: Any = err.details
     elif isinstance(err, InvalidRequest) and err.status == 400 and err.is_validation:
         detail = [{"loc": ["body", *(err.param.split(".") if err.param else [])],
                    "msg": err.message, "type": err.code}]
-        return web.Response(status=422, body=orjson.dumps({"detail": detail}),
-                            content_type="application/json")
+        return ErrorReply(422, {"detail": detail}, {})
     else:
         detail = err.message
-    return web.Response(
-        status=err.status,
-        body=orjson.dumps({"detail": detail}),
-        content_type="application/json",
-        headers=err.headers(),
-    )
+    return ErrorReply(err.status, {"detail": detail}, err.headers())

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
+import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
@@ -26,8 +27,8 @@ from .errors import (
     Unauthorized,
     UnsupportedEncoding,
     UpstreamError,
-    openai_error_response,
-    system_one_error_response,
+    openai_error,
+    system_one_error,
 )
 from .admission import estimate_holder, server_timing
 from .metrics import after_reply, upstream_seconds
@@ -148,7 +149,9 @@ def render_error(app: web.Application, method: str, path: str, api: str, err: Pr
                  ) -> web.Response:
     """``err`` counted and rendered in its API's error body ("openai" or "systemone")."""
     count_error(app, method, path, err)
-    return system_one_error_response(err) if api == "systemone" else openai_error_response(err)
+    status, body, headers = system_one_error(err) if api == "systemone" else openai_error(err)
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json",
+                        headers=headers)
 
 
 MIDDLEWARES = (_serve,)
