@@ -15,6 +15,10 @@ queue ahead of it and the measured time per decision (``estimated_finish_s``).
 Each admitted decision runs under the deadline; when it passes, the work is
 cancelled (which closes its llama-server connections, so llama-server stops too)
 and the request gets ``UpstreamTimeout`` (504).
+
+The places are an ``asyncio.Semaphore``'s and the deadline is ``asyncio.timeout``'s
+(bench/investigations/primitives.py times them against the hand-written versions
+they replaced).
 """
 
 from __future__ import annotations
@@ -28,10 +32,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from .errors import InvalidRequest, Overloaded, UpstreamTimeout
-from .slots import Slots
 
-__all__ = ["Admission", "Work", "estimate_holder", "estimated_finish_s", "finish_s",
-           "server_timing", "smoothed", "slot_waited"]
+__all__ = [
+    "Admission",
+    "Work",
+    "estimate_holder",
+    "estimated_finish_s",
+    "finish_s",
+    "server_timing",
+    "slot_waited",
+    "smoothed",
+]
 
 
 @dataclass(frozen=True)
@@ -137,10 +148,19 @@ def smoothed(mean_s: float | None, sample_s: float) -> float:
 
 
 class Admission:
+    """At most ``max_active`` admitted decisions run at once, each holding one of the
+    admission's places (``asyncio.Semaphore``: its waiters are served first come, first
+    served, a released place goes to the first of them, and one cancelled as it was
+    handed a place passes it on); at most ``max_queued`` more wait for one."""
+
     def __init__(self, *, max_active: int, max_queued: int, deadline_s: float, retry_after_s: int):
         if max_active < 1 or max_queued < 0:
             raise ValueError("max_active must be >= 1 and max_queued >= 0")
-        self._slots = Slots(max_active)
+        self._places = asyncio.Semaphore(max_active)
+        # our own counts of the semaphore's holders and waiters (it exposes neither): the
+        # bounds, the estimates and the gauges read them
+        self._active = 0
+        self._queued = 0
         self._max_active = max_active
         self._max_queued = max_queued
         self._deadline_s = deadline_s
@@ -148,9 +168,10 @@ class Admission:
         self.parallel = max_active  # decisions served at once: at most llama-server's slots
         self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
-        # admitted requests that said what they take: ticket -> (work seconds, admitted
-        # at, the finish estimated then)
+        # requests that said what they take, admitted decisions and relayed requests
+        # apart: ticket -> (work seconds, admitted at, the finish estimated then)
         self._work: dict[object, tuple[float, float, float]] = {}
+        self._relayed: dict[object, tuple[float, float, float]] = {}
 
     def ahead(self, now: float | None = None) -> list[float]:
         """The seconds of work each admitted request has left, as far as known: its work
@@ -158,25 +179,26 @@ class Admission:
         without an estimate counts as one measured decision)."""
         now = time.monotonic() if now is None else now
         left = [w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
-                for w, since, finish in self._work.values()]
-        unknown = self._slots.taken + self._slots.waiting - sum(
-            1 for t in self._work if isinstance(t, _Admitted))
+                for w, since, finish in (*self._work.values(), *self._relayed.values())]
+        unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
             left += [self.decision_s] * unknown
         return left
 
     @property
     def queued(self) -> int:
-        return self._slots.waiting
+        return self._queued
 
     @property
     def active(self) -> int:
-        return self._slots.taken
+        return self._active
 
-    def admit(self, work: Work | None = None) -> _Admitted:
-        """Run the block once a slot is free, within the deadline (counted from this call,
+    def admit(self, work: Work | None = None) -> contextlib.AbstractAsyncContextManager[None]:
+        """Run the block once a place is free, within the deadline (counted from this call,
         so time spent queued counts). ``work``: what the request will take, when known."""
-        if self._slots.full() and self._slots.waiting >= self._max_queued:
+        # every place taken and the queue full (counted together: a place handed to a
+        # waiter counts as queued until the waiter runs)
+        if self._active + self._queued >= self._max_active + self._max_queued:
             raise Overloaded(
                 "too many decisions in flight and queued; retry later",
                 retry_after_s=self._retry_after_s,
@@ -199,10 +221,10 @@ class Admission:
             holder = _estimate.get()
             if holder is not None:
                 holder[:] = [work, finish]
-            return _Admitted(self, (work.seconds, finish))
+            return self._admitted((work.seconds, finish))
         if self.decision_s is not None:
-            finish = estimated_finish_s(self._slots.waiting, self._slots.taken,
-                                        self.parallel, self.decision_s)
+            finish = estimated_finish_s(self._queued, self._active, self.parallel,
+                                        self.decision_s)
             budget = self._deadline_s * _HEADROOM
             if finish > budget:
                 raise Overloaded(
@@ -210,7 +232,46 @@ class Admission:
                     f"request's {self._deadline_s:g} s deadline; retry later",
                     retry_after_s=max(1, math.ceil(finish - budget)),
                 )
-        return _Admitted(self, None)
+        return self._admitted(None)
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self, work: tuple[float, float] | None) -> AsyncIterator[None]:
+        """A place, and the deadline around waiting for it and the block. A cancel (the
+        deadline's or the client's) while queued takes no place or passes on the one it
+        was handed (the semaphore's part); one while holding gives it back once."""
+        ticket = object()
+        if work is not None:
+            self._work[ticket] = (work[0], time.monotonic(), work[1])
+        deadline = asyncio.timeout(self._deadline_s)
+        try:
+            async with deadline:
+                self._queued += 1
+                try:
+                    await self._places.acquire()  # at once when a place is free
+                finally:
+                    self._queued -= 1
+                self._active += 1
+                waits = [0.0]
+                _slot_waits.set(waits)
+                started = time.monotonic()
+                try:
+                    yield
+                finally:
+                    self._active -= 1
+                    self._places.release()
+                # only answered decisions teach how long one takes to serve (not when the
+                # waits of parallel questions overlap past the whole)
+                served = time.monotonic() - started - waits[0]
+                if served > 0:
+                    self._measured(served)
+        except TimeoutError as exc:
+            if deadline.expired():  # ours, not a timeout of the work's own
+                raise UpstreamTimeout(
+                    f"the decision did not finish within the {self._deadline_s:g} s deadline"
+                ) from exc
+            raise
+        finally:
+            self._work.pop(ticket, None)
 
     @contextlib.asynccontextmanager
     async def relayed(self, work: Work | None, timeout_s: float) -> AsyncIterator[None]:
@@ -232,11 +293,11 @@ class Admission:
                 "llama-server; retry later",
                 retry_after_s=max(1, math.ceil(start - first)))
         ticket = object()
-        self._work[ticket] = (work.seconds, time.monotonic(), work.seconds)
+        self._relayed[ticket] = (work.seconds, time.monotonic(), work.seconds)
         try:
             yield
         finally:
-            del self._work[ticket]
+            del self._relayed[ticket]
 
     def limit_parallel(self, slots: int, owner: object = None) -> None:
         """Decisions beyond ``slots`` wait for a llama-server slot (proxy/kv.py) however
@@ -248,61 +309,3 @@ class Admission:
 
     def _measured(self, seconds: float) -> None:
         self.decision_s = smoothed(self.decision_s, seconds)
-
-
-class _Admitted:
-    """``async with admission.admit():`` a slot, and the deadline around the block.
-
-    The deadline is ``asyncio.timeout``'s logic on one timer handle: this runs for
-    every decision, and asyncio's pure-Python ``Timeout`` costs several frames
-    more (bench/overhead.py)."""
-
-    __slots__ = ("_admission", "_holding", "_task", "_timer", "_expired", "_cancelling",
-                 "_started", "_waits", "_work")
-
-    def __init__(self, admission: Admission, work: tuple[float, float] | None) -> None:
-        self._admission = admission
-        self._holding = False
-        self._work = work
-
-    async def __aenter__(self) -> None:
-        admission = self._admission
-        task = asyncio.current_task()
-        assert task is not None
-        self._task, self._expired, self._cancelling = task, False, task.cancelling()
-        self._timer = task.get_loop().call_later(admission._deadline_s, self._expire)
-        if self._work is not None:
-            admission._work[self] = (self._work[0], time.monotonic(), self._work[1])
-        if not admission._slots.take():  # the common case takes a free slot, awaiting nothing
-            try:
-                await admission._slots.wait()
-            except BaseException as exc:
-                await self.__aexit__(type(exc), exc, exc.__traceback__)
-                raise
-        self._holding = True
-        self._started = time.monotonic()
-        self._waits = [0.0]
-        _slot_waits.set(self._waits)
-
-    def _expire(self) -> None:
-        self._expired = True
-        self._task.cancel()
-
-    async def __aexit__(self, exc_type, exc, tb) -> None:
-        self._admission._work.pop(self, None)
-        if self._holding:
-            self._holding = False
-            self._admission._slots.release()
-            served = time.monotonic() - self._started - self._waits[0]
-            # only answered decisions teach how long one takes to serve (not when the
-            # waits of parallel questions overlap past the whole)
-            if exc_type is None and served > 0:
-                self._admission._measured(served)
-        self._timer.cancel()
-        # our cancel, not someone else's: the work ran out of time
-        if (self._expired and self._task.uncancel() <= self._cancelling
-                and exc_type is asyncio.CancelledError):
-            raise UpstreamTimeout(
-                f"the decision did not finish within the {self._admission._deadline_s:g} s "
-                "deadline"
-            ) from exc

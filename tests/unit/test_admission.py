@@ -4,8 +4,7 @@ import asyncio
 
 import pytest
 
-from proxy.admission import (Admission, Work, estimated_finish_s, finish_s, server_timing,
-                             smoothed)
+from proxy.admission import Admission, Work, estimated_finish_s, finish_s, server_timing, smoothed
 from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
 
 
@@ -210,7 +209,7 @@ async def test_a_request_that_cannot_finish_in_time_is_refused_at_once_with_an_e
 
     holders = [asyncio.create_task(hold()) for _ in range(3)]  # 1 running, 2 queued: 1.0, 1.5
     await asyncio.sleep(0)
-    assert (admission._slots.taken, admission.queued) == (1, 2)
+    assert (admission.active, admission.queued) == (1, 2)
     with pytest.raises(Overloaded) as err:   # a third in the queue would finish at 2.0 s
         admission.admit()
     assert err.value.retry_after_s == 1   # ceil(2.0 - 1.6)
@@ -350,3 +349,38 @@ async def test_a_long_generation_on_an_idle_server_is_not_refused_for_its_own_le
     admission = Admission(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
     async with admission.relayed(Work(30, 143.0, first_s=0.3), 55):  # 2048 tokens at most
         assert admission.ahead() == [pytest.approx(143.0, rel=1e-3)]
+
+
+async def test_a_timeout_of_the_works_own_is_not_the_deadline():
+    admission = Admission(max_active=1, max_queued=0, deadline_s=5, retry_after_s=1)
+    with pytest.raises(TimeoutError):  # not UpstreamTimeout: the deadline did not pass
+        async with admission.admit():
+            raise TimeoutError
+    async with admission.admit():  # and the place came back
+        pass
+
+
+@pytest.mark.parametrize("seed", range(5))
+async def test_places_come_back_exactly_once_whatever_is_cancelled_when(seed):
+    import random
+
+    rng = random.Random(seed)
+    admission = Admission(max_active=3, max_queued=50, deadline_s=0.05, retry_after_s=1)
+
+    async def one() -> None:
+        async with admission.admit():
+            await asyncio.sleep(rng.choice((0, 0.001, 0.1)))  # 0.1: past the deadline
+
+    tasks = [asyncio.create_task(one()) for _ in range(40)]
+    for task in tasks:
+        if rng.random() < 0.3:
+            await asyncio.sleep(rng.choice((0, 0.001)))
+            task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert (admission.active, admission.queued) == (0, 0)
+    release, started = asyncio.Event(), []
+    holders = [asyncio.create_task(_hold(admission, release, started)) for _ in range(4)]
+    await asyncio.sleep(0.01)
+    assert len(started) == 3 and admission.queued == 1  # three places, no more, no fewer
+    release.set()
+    await asyncio.gather(*holders)
