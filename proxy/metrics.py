@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import math
 import time
-from bisect import bisect_left
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -21,14 +18,13 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    Histogram,
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.utils import floatToGoString
 
 from .decision.readout import Decision, choice_confidence, score_confidence
 from .errors import UpstreamBadResponse, UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -104,65 +100,6 @@ def upstream_seconds() -> UpstreamClock:
     return clock
 
 
-class _Series:
-    """One label set's buckets (not cumulative) and sum."""
-
-    __slots__ = ("_bounds", "_counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self._bounds = bounds
-        self._counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        if value == value:  # NaN is in no bucket, as in prometheus_client
-            self._counts[bisect_left(self._bounds, value)] += 1  # the first bucket with value <= le
-        self.sum += value
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        out, total = [], 0
-        for bound, count in zip((*self._bounds, math.inf), self._counts):
-            total += count
-            out.append((floatToGoString(bound), total))
-        return out
-
-
-class _Histogram:
-    """A Prometheus histogram in plain lists, exposed when scraped: an observation is
-    a bisect and two additions. No lock: every observation and scrape runs on the
-    event loop. (prometheus_client's takes a lock per bucket and sum on every
-    decision.) The one difference in what is exposed: no ``_created`` series."""
-
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...] | list[str] = (),
-                 *, buckets: tuple[float, ...], registry: CollectorRegistry) -> None:
-        self._name, self._doc, self._labelnames = name, documentation, tuple(labelnames)
-        self._bounds = tuple(float(b) for b in buckets)
-        self._series: dict[tuple[str, ...], _Series] = {}
-        if not self._labelnames:
-            self.labels()  # exposed (at zero) from the start, as prometheus_client does
-        registry.register(self)
-
-    def labels(self, *values: str) -> _Series:
-        series = self._series.get(values)
-        if series is None:
-            if len(values) != len(self._labelnames):
-                raise ValueError(f"{self._name} takes labels {self._labelnames}, not {values}")
-            series = self._series[values] = _Series(self._bounds)
-        return series
-
-    def observe(self, value: float) -> None:
-        self.labels().observe(value)
-
-    def describe(self) -> list[HistogramMetricFamily]:
-        return [HistogramMetricFamily(self._name, self._doc, labels=self._labelnames)]
-
-    def collect(self) -> list[HistogramMetricFamily]:
-        family = HistogramMetricFamily(self._name, self._doc, labels=self._labelnames)
-        for values, series in self._series.items():
-            family.add_metric(list(values), series.cumulative(), series.sum)
-        return [family]
-
-
 # every kind an upstream failure is counted under, exposed at 0 from the start
 _UPSTREAM_KINDS = tuple(e.code for e in (UpstreamError, UpstreamUnavailable, UpstreamTimeout,
                                          UpstreamBadResponse))
@@ -175,27 +112,28 @@ class Metrics:
         r = self.registry
         ProcessCollector(registry=r)  # process_*: memory, CPU, open files (Linux)
         r.register(PLATFORM_COLLECTOR)  # python_info
-        self.latency = _Histogram(
+        self.latency = Histogram(
             "semif_request_duration_seconds", "Request latency by route, kind and outcome",
             ["route", "kind", "outcome"], buckets=_LATENCY, registry=r)
-        self.upstream_time = _Histogram(
-            "semif_decision_upstream_seconds", "Time a decision request spent waiting on llama-server",
+        self.upstream_time = Histogram(
+            "semif_decision_upstream_seconds",
+            "Time a decision request spent waiting on llama-server",
             ["route"], buckets=_LATENCY, registry=r)
-        self.proxy_time = _Histogram(
+        self.proxy_time = Histogram(
             "semif_decision_proxy_seconds", "Time a decision request spent in the proxy itself",
             ["route"], buckets=_LATENCY, registry=r)
         self.in_flight = Gauge(
             "semif_requests_in_flight", "Requests being served", ["route"], registry=r)
-        self.questions = _Histogram(
+        self.questions = Histogram(
             "semif_questions_per_request", "Questions in one decision request",
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 400), registry=r)
-        self.options = _Histogram(
+        self.options = Histogram(
             "semif_options_per_question", "Options of one question",
             buckets=(2, 3, 5, 10, 26, 64, 128, 255), registry=r)
-        self.label_mass = _Histogram(
+        self.label_mass = Histogram(
             "semif_label_mass_ratio", "Raw probability mass the model gave the labels",
             buckets=_UNIT, registry=r)
-        self.confidence = _Histogram(
+        self.confidence = Histogram(
             "semif_decision_confidence_ratio", "Confidence of choice and score answers",
             ["type"], buckets=_UNIT, registry=r)
         self.decisions = Counter(
@@ -221,14 +159,14 @@ class Metrics:
             "1 when the self-check's reads of a known prompt agreed bit for bit, 0 when not "
             "(summed over --workers)", ["model"], registry=r)
         self.decisions_active = Gauge(
-            "semif_decisions_active", "Decision requests holding an admission slot", registry=r)
+            "semif_decisions_active", "Decision requests holding an admission place", registry=r)
         self.decisions_queued = Gauge(
-            "semif_decisions_queued", "Decision requests waiting for an admission slot",
+            "semif_decisions_queued", "Decision requests waiting for an admission place",
             registry=r)
-        self.rerank_documents = _Histogram(
+        self.rerank_documents = Histogram(
             "semif_rerank_documents", "Documents in one rerank request",
             ["method"], buckets=(1, 2, 5, 10, 20, 50, 100, 255, 1000), registry=r)
-        self.rerank_seconds = _Histogram(
+        self.rerank_seconds = Histogram(
             "semif_rerank_seconds_per_document", "A rerank request's latency per document",
             ["method"], buckets=_LATENCY, registry=r)
         self.worker_processes = Gauge(

@@ -1,58 +1,66 @@
-"""Our lock-free histogram exposes exactly what prometheus_client's would."""
+"""The histograms' names, labels and buckets (what dashboards and alerts are written
+against), and their sum over --workers."""
 
 import pytest
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.metrics import _Histogram
+from proxy.metrics import Metrics, merged
 
-BUCKETS = (0.1, 0.5, 1, 5)
-VALUES = [0.0, 0.1, 0.10000001, 0.5, 0.7, 1, 4.99, 5, 5.01, 1e9, -3, float("inf")]
-
-
-def samples(registry: CollectorRegistry) -> list[tuple[str, dict, float]]:
-    """Every sample but ``_created`` (which ours does not expose)."""
-    text = generate_latest(registry).decode()
-    return sorted((s.name, tuple(sorted(s.labels.items())), s.value)
-                  for family in text_string_to_metric_families(text) for s in family.samples
-                  if not s.name.endswith("_created"))
+LATENCY = ("0.002", "0.005", "0.0075", "0.01", "0.0125", "0.015", "0.02", "0.025", "0.05", "0.1",
+           "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "25.0", "60.0")
+UNIT = ("0.05", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "0.95", "0.99",
+        "1.0")
+COUNTS = ("1.0", "2.0", "4.0", "8.0", "16.0", "32.0", "64.0", "128.0", "256.0", "400.0")
+OPTIONS = ("2.0", "3.0", "5.0", "10.0", "26.0", "64.0", "128.0", "255.0")
+DOCUMENTS = ("1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "255.0", "1000.0")
 
 
-@pytest.mark.parametrize("labels", [(), ("route", "kind")])
-def test_same_exposition_as_prometheus_client(labels):
-    ours, theirs = CollectorRegistry(), CollectorRegistry()
-    mine = _Histogram("h_seconds", "doc", labels, buckets=BUCKETS, registry=ours)
-    reference = Histogram("h_seconds", "doc", labels, buckets=BUCKETS, registry=theirs)
-    for i, value in enumerate(VALUES):
-        values = ("/a" if i % 2 else "/b", "decision") if labels else ()
-        (mine.labels(*values) if labels else mine).observe(value)
-        (reference.labels(*values) if labels else reference).observe(value)
-    assert samples(ours) == samples(theirs)
+def _buckets(text: str, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A histogram's label names (but ``le``, in the exposition's order: sorted) and bucket
+    bounds (but +Inf) as exposed."""
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            assert family.type == "histogram"
+            buckets = [s for s in family.samples if s.name == name + "_bucket"]
+            labels = tuple(k for k in buckets[0].labels if k != "le")
+            return labels, tuple(s.labels["le"] for s in buckets if s.labels["le"] != "+Inf")
+    raise AssertionError(f"{name} not exposed")
 
 
-def test_buckets_count_values_up_to_and_including_each_bound():
-    registry = CollectorRegistry()
-    h = _Histogram("h", "doc", buckets=BUCKETS, registry=registry)
-    for value in (0.1, 0.5, 0.6, 7):
-        h.observe(value)
-    got = {dict(labels).get("le"): value for name, labels, value in samples(registry)
-           if name == "h_bucket"}
-    assert got == {"0.1": 1, "0.5": 2, "1.0": 3, "5.0": 3, "+Inf": 4}
-    assert ("h_sum", (), 0.1 + 0.5 + 0.6 + 7) in samples(registry)
+@pytest.mark.parametrize(("attribute", "name", "labels", "bounds"), [
+    ("latency", "semif_request_duration_seconds", ("route", "kind", "outcome"), LATENCY),
+    ("upstream_time", "semif_decision_upstream_seconds", ("route",), LATENCY),
+    ("proxy_time", "semif_decision_proxy_seconds", ("route",), LATENCY),
+    ("questions", "semif_questions_per_request", (), COUNTS),
+    ("options", "semif_options_per_question", (), OPTIONS),
+    ("label_mass", "semif_label_mass_ratio", (), UNIT),
+    ("confidence", "semif_decision_confidence_ratio", ("type",), UNIT),
+    ("rerank_documents", "semif_rerank_documents", ("method",), DOCUMENTS),
+    ("rerank_seconds", "semif_rerank_seconds_per_document", ("method",), LATENCY),
+])
+def test_names_labels_and_buckets(attribute, name, labels, bounds):
+    metrics = Metrics()
+    histogram = getattr(metrics, attribute)
+    (histogram.labels(*("x" for _ in labels)) if labels else histogram).observe(0.5)
+    assert _buckets(metrics.render().decode(), name) == (tuple(sorted(labels)), bounds)
 
 
-def test_label_count_is_checked():
-    h = _Histogram("h", "doc", ("route",), buckets=BUCKETS, registry=CollectorRegistry())
-    with pytest.raises(ValueError, match="takes labels"):
-        h.labels("a", "b")
-
-
-def test_nan_is_counted_in_no_bucket_like_prometheus_client():
-    ours, theirs = CollectorRegistry(), CollectorRegistry()
-    mine = _Histogram("h", "doc", buckets=BUCKETS, registry=ours)
-    reference = Histogram("h", "doc", buckets=BUCKETS, registry=theirs)
-    for h in (mine, reference):
-        h.observe(0.2)
-        h.observe(float("nan"))
-    counts = [[(n, l, v) for n, l, v in samples(r) if n != "h_sum"] for r in (ours, theirs)]
-    assert counts[0] == counts[1] and ("h_count", (), 1.0) in counts[0]
+def test_two_workers_histograms_add_up_bucket_by_bucket():
+    one, two = Metrics(), Metrics()
+    for value in (0.003, 0.5):
+        one.latency.labels("/v1/systemone", "decision", "ok").observe(value)
+    two.latency.labels("/v1/systemone", "decision", "ok").observe(0.004)
+    text = merged([one.render().decode(), two.render().decode()]).decode()
+    samples = {(s.name, s.labels.get("le")): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name.startswith("semif_request_duration_seconds")}
+    name = "semif_request_duration_seconds"
+    assert samples[(name + "_bucket", "0.002")] == 0
+    assert samples[(name + "_bucket", "0.005")] == 2
+    assert samples[(name + "_bucket", "+Inf")] == 3
+    assert samples[(name + "_count", None)] == 3
+    assert samples[(name + "_sum", None)] == pytest.approx(0.507)
+    created = [text_string_to_metric_families(m.render().decode()) for m in (one, two)]
+    earliest = min(s.value for families in created for family in families
+                   for s in family.samples if s.name == name + "_created")
+    assert samples[(name + "_created", None)] == earliest  # the first process's
