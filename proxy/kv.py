@@ -44,6 +44,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import NamedTuple
 
 from .admission import slot_waited
@@ -108,16 +109,17 @@ def plan(holds: Held | None, s_len: int, prompt: tuple[int, ...]) -> list[Step]:
     n = len(prompt)
     if not 0 < s_len < n:
         raise ValueError("the shared segment must be a proper, non-empty prefix")
-    same_segment = (holds is not None and holds.s_len == s_len
-                    and holds.tokens[:s_len] == prompt[:s_len])
-    if same_segment and holds.tokens[:n] == prompt:
+    # what the slot holds when it holds this same segment, else None
+    same = holds if (holds is not None and holds.s_len == s_len
+                     and holds.tokens[:s_len] == prompt[:s_len]) else None
+    if same is not None and same.tokens[:n] == prompt:
         return [Step(n, True, n - 1, 1)]  # a replay: the common case
     steps: list[Step] = []
-    if not same_segment:
+    if same is None:
         steps.append(Step(s_len, False, 0, s_len))
         held = s_len
     else:
-        held = min(common_prefix(holds.tokens, prompt), n)
+        held = min(common_prefix(same.tokens, prompt), n)
     target = n - 1  # every row but the last
     if held >= target:
         return [*steps, Step(n, True, n - 1, 1)]
@@ -251,8 +253,8 @@ class SlotBook:
         evaluate there (each about this one's own part, plus ``READ_TOKENS``): the slot
         leaving most; or None: then the first free slot, or the first to be freed."""
         if self._free:  # what a free slot would spare
-            free = max((common_prefix(self.holds[s].tokens, prompt) for s in self._free
-                        if self.holds[s] is not None), default=0)
+            free = max((common_prefix(known.tokens, prompt) for s in self._free
+                        if (known := self.holds[s]) is not None), default=0)
         else:  # every slot leased: what any of them will hold
             free = min(common_prefix(reading, prompt) for reading in self._reading.values()) \
                 if len(self._reading) == self.size else 0
@@ -323,7 +325,8 @@ class _Lease:
             self._book._reading[self._slot] = self._segment
         return self._slot
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
         held = self._book.holds[self._slot]
         if exc_type is not None and not (held is not None and held.partial):
             self._book.holds[self._slot] = None  # a request cut short: the slot is unknown

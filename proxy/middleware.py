@@ -18,6 +18,7 @@ import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from .admission import estimate_holder, server_timing
 from .app_keys import API, KIND, METRICS, SETTINGS
 from .config import Settings
 from .errors import (
@@ -30,7 +31,6 @@ from .errors import (
     openai_error,
     system_one_error,
 )
-from .admission import estimate_holder, server_timing
 from .metrics import after_reply, upstream_seconds
 
 __all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "count_error", "render_error"]

@@ -54,7 +54,8 @@ def parse_debias(spec: object, n_options: int) -> tuple[str | None, list[int]]:
         return "cyclic", shifts(n_options)
     if spec in ("pride", "contextual"):
         return str(spec), []
-    if isinstance(spec, dict) and spec.get("method") == "cyclic" and set(spec) <= {"method", "rotations"}:
+    if (isinstance(spec, dict) and spec.get("method") == "cyclic"
+            and set(spec) <= {"method", "rotations"}):
         k = spec.get("rotations")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
             raise DebiasError("rotations must be an integer")
@@ -78,7 +79,7 @@ def rotate(question: Question, shift: int) -> Question:
         raise DebiasError("score levels are ordered; only choice and noul questions can be rotated")
     n = len(question.names)
 
-    def turn(seq: Sequence) -> tuple:
+    def turn(seq: Sequence[str]) -> tuple[str, ...]:
         return tuple(seq[(shift + i) % n] for i in range(n))
 
     return replace(question, names=turn(question.names), shown=turn(question.shown))

@@ -124,7 +124,8 @@ def noul_question(
         if key not in NOUL_NAMES:
             raise QuestionError(f'noul criteria take only "true" and "false", not {key!r}', loc)
         if not _is_description(desc):
-            raise QuestionError("a description must be a string, object, array or null", (*loc, key))
+            raise QuestionError("a description must be a string, object, array or null",
+                                (*loc, key))
     shown = tuple(_with_description(_NOUL_SHOWN[n], criteria.get(n)) for n in NOUL_NAMES)
     return Question("noul", NOUL_NAMES, shown, instructions, temperature)
 
@@ -145,7 +146,8 @@ def _names_and_descriptions(
     elif isinstance(options, Sequence) and not isinstance(options, (str, bytes)):
         names, descriptions = list(options), [None] * len(options)
     else:
-        raise QuestionError("options must be a list of names or an object of name: description", loc)
+        raise QuestionError(
+            "options must be a list of names or an object of name: description", loc)
     for i, name in enumerate(names):
         if not isinstance(name, str):
             raise QuestionError("option names must be strings", (*loc, i))
