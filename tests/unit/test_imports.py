@@ -23,8 +23,15 @@ PROXY = ROOT / "proxy"
 PURE = ("decision", "protocol")
 # what the pure core may import besides the standard library: pydantic and what pydantic
 # itself needs (its wheel's requirements), and orjson
-ALLOWED = ("proxy", "pydantic", "pydantic_core", "typing_extensions", "annotated_types",
-           "typing_inspection", "orjson")
+ALLOWED = (
+    "proxy",
+    "pydantic",
+    "pydantic_core",
+    "typing_extensions",
+    "annotated_types",
+    "typing_inspection",
+    "orjson",
+)
 
 # Run in a fresh interpreter: argv[1] is the allowance, argv[2:] the modules to import.
 # Non-allowed modules that site-packages' start-up hooks (.pth files) already loaded are
@@ -80,7 +87,12 @@ def _modules(package: str) -> list[str]:
 def _import_alone(modules: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", _REFUSE, ",".join(ALLOWED), *modules],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_the_pure_core_imports_only_pydantic_and_orjson() -> None:
@@ -112,7 +124,8 @@ def _ancestors(module: str) -> list[str]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
@@ -121,8 +134,8 @@ def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
+            for otherwise in node.orelse:
+                visit(otherwise)
             return
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.append(node)
@@ -133,8 +146,9 @@ def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom,
-             known: set[str]) -> set[str]:
+def _targets(
+    module: str, is_package: bool, node: ast.Import | ast.ImportFrom, known: set[str]
+) -> set[str]:
     """The proxy modules that ``node`` (in ``module``) names, relative imports resolved.
 
     ``from .pkg import name`` names ``pkg.name`` when that is a module, ``pkg`` otherwise.
@@ -189,7 +203,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state and (cycle := visit(nxt)) is not None:
                 return cycle
         path.pop()
@@ -226,8 +240,10 @@ def test_the_graph_reads_relative_deferred_and_package_imports(tmp_path: Path) -
         "a.py": "def later():\n    from .sub.c import name\n",
         "b.py": "import pkg.sub\nfrom pkg import a as _a, missing\n",
         "sub/__init__.py": "from .c import name\n",
-        "sub/c.py": "from typing import TYPE_CHECKING\nfrom .. import b\nname = 1\n"
-                    "if TYPE_CHECKING:\n    from ..a import later\n",
+        "sub/c.py": (
+            "from typing import TYPE_CHECKING\nfrom .. import b\nname = 1\n"
+            "if TYPE_CHECKING:\n    from ..a import later\n"
+        ),
     }
     for name, text in files.items():
         (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -239,5 +255,10 @@ def test_the_graph_reads_relative_deferred_and_package_imports(tmp_path: Path) -
         "pkg.sub": {"pkg.sub.c"},  # down to a submodule, and no way back up
         "pkg.sub.c": {"pkg.b"},  # the TYPE_CHECKING import does not run
     }
-    assert _find_cycle(_graph(tmp_path / "pkg")) == ["pkg.a", "pkg.sub", "pkg.sub.c", "pkg.b",
-                                                    "pkg.a"]
+    assert _find_cycle(_graph(tmp_path / "pkg")) == [
+        "pkg.a",
+        "pkg.sub",
+        "pkg.sub.c",
+        "pkg.b",
+        "pkg.a",
+    ]
