@@ -1,11 +1,14 @@
-"""Start llama-server and the proxy side by side and keep them up (``make run``), or either alone (tests).
+"""``make run``'s supervisor of llama-server and the proxy (the single image's is
+supervisord, docs/operations.md: "Which process supervises which"); the tests start
+either alone with its functions.
 
     python scripts/stack.py        # both in the foreground; Ctrl-C stops both
 
-It behaves like a small supervisor, as the compose file's restart policy does in
-production: a process that dies is reported in words (``probe.explain_exit``)
-and started again after a back-off (1, 2, 4, 8, 16 s); after six crashes in a
-row, each within a minute of its start, it gives up with a message. While
+It keeps both up as supervisord does in the single image and the orchestrator's
+restart policy with two images: a process that dies is reported in words
+(``probe.explain_exit``) and started again after a back-off (1, 2, 4, 8, 16 s);
+after six crashes in a row, each within a minute of its start, it gives up with a
+message. While
 llama-server is down the proxy answers 503 with ``Retry-After``.
 
 Environment: ``PROXY_PORT`` (8080), ``LLAMA_PORT`` (8081), ``MODEL`` (a .gguf;
@@ -38,8 +41,8 @@ from scripts.cpu import level, read_cpu  # noqa: E402
 from scripts.prepare import choose_llama_server, ensure_model, gpu_requested  # noqa: E402
 from scripts.probe import explain_exit, log_tail, offloaded_layers  # noqa: E402
 
-__all__ = ["LLAMA_FLAGS", "UBATCH", "ServerExited", "Supervised", "answers", "file_tail", "llama_exit_reason",
-           "start_llama_server", "start_proxy", "stop", "wait_ready"]
+__all__ = ["LLAMA_FLAGS", "UBATCH", "ServerExited", "Supervised", "answers", "file_tail",
+           "llama_exit_reason", "start_llama_server", "start_proxy", "stop", "wait_ready"]
 
 # 4 slots with 8192 tokens each: room for 255 options, concurrent decisions and
 # prompt-cache reuse per slot; physical batches of 63 tokens, so that any prefix a slot
@@ -131,8 +134,8 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0, *,
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             rc = proc.returncode
-            raise ServerExited(why(rc) if why else
-                               f"{Path(str(proc.args[0])).name} exited with {rc} before it was ready")
+            name = Path(str(proc.args[0])).name
+            raise ServerExited(why(rc) if why else f"{name} exited with {rc} before it was ready")
         if answers(url, timeout_s=2):
             return
         time.sleep(0.2)
