@@ -1,6 +1,6 @@
 # Two commands matter: `make run` and `make test`. Each installs what is missing.
 # `make run` installs only requirements/runtime.lock (what the proxy and the single image
-# run); `make test`, `unit`, `bench` and `results` install requirements/dev.lock (runtime
+# run); `make test`, `check`, `unit`, `bench` and `results` install requirements/dev.lock (runtime
 # plus the tools and test extras). Both locks are pinned and hash-checked, and
 # `make lock` regenerates both from pyproject.toml (see the `lock` target below).
 SHELL  := /bin/bash
@@ -12,16 +12,24 @@ PYTEST_ARGS ?=
 RUNTIME_LOCK := requirements/runtime.lock
 DEV_LOCK     := requirements/dev.lock
 
-.PHONY: run test unit venv venv-runtime lock prepare browser crd bench results clean
+.PHONY: run test unit check venv venv-runtime lock prepare browser crd bench results clean
 
 run: venv-runtime
 	$(PY) scripts/stack.py
 
-test: venv prepare browser crd
+test: venv check prepare browser crd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# The static checks, first in `test` (seconds, before any download): ruff's lint and its
+# formatter in check mode over the paths [tool.ruff] includes, and mypy, strict on the
+# files [tool.mypy] names (all three configured in pyproject.toml).
+check: venv
+	$(PY) -m ruff check
+	$(PY) -m ruff format --check
+	$(PY) -m mypy
 
 # The development install (`venv`, what test, unit, bench and results need) and the
 # runtime-only one (`venv-runtime`, for run), in the same $(VENV). dev.lock holds every
