@@ -79,7 +79,7 @@ def _upstream_ctx(given: Upstream | None, worker: tuple[int, int]
         app[MODELS] = ServedModels(upstream, lambda bound: DecisionService(
             bound, n_probs=settings.n_probs, question_fanout=settings.question_fanout,
             metrics=app[METRICS], admission=admission, worker=worker,
-            ubatch=settings.upstream_ubatch, self_check=True,
+            ubatch=settings.upstream_ubatch, self_check=True, profiles=app[PROFILES],
         ), default_model=settings.default_model, aliases=settings.model_aliases)
         yield
         if given is None:

@@ -98,7 +98,7 @@ class ServedModels:
         """Each model's repeatability self-check (decision/selfcheck.py) by model id: the
         one model's, or a router's models that have answered a decision."""
         if not self._router:
-            info = self._single._info
+            info = self._single.known_model
             return {info.id if info else "": self._single.checked.as_json()}
         return {model: s.checked.as_json() for model, s in self._services.items()}
 

@@ -8,23 +8,26 @@ import orjson
 from aiohttp import web
 
 from ..app_keys import KIND, MODELS, SETTINGS, UPSTREAM
+from ..decision.outcome import Outcome
 from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunks
-from ..profiles import calibrate, debias_for
 from ..protocol.relayed import relayed_body
 from ..protocol.semif import parse_semif, refuse_incompatible, requested_logprobs
-from ..decision.outcome import Outcome
-from ..decision.prompt import PROMPT_FORMAT_VERSIONS
 from ..served import UnknownModel
-from .common import (check_depth, json_object, json_response, relay, relayed_work,
-                     select_profile)
+from ..service import Asked
+from .common import check_depth, json_object, json_response, relay, relayed_work
 
-__all__ = ["chat_completions", "chat_decision"]
+__all__ = ["chat_completions", "chat_reply", "chat_record"]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     raw = await request.read()
-    body = json_object(raw)
+    return await chat_reply(request, json_object(raw), raw)
+
+
+async def chat_reply(request: web.Request, body: dict[str, Any], raw: bytes
+                     ) -> web.StreamResponse:
+    """The answer to a parsed chat body: a decision when it has ``semif``, else relayed."""
     if body.get("semif") is None:  # checked and bounded here: a 400, not llama-server's 500
         path = "/v1/chat/completions"
         data = relayed_body(path, body, raw, request.app[SETTINGS].relay_max_tokens)
@@ -33,7 +36,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     request[KIND] = "decision"
     top = requested_logprobs(body)
     include_usage = _include_usage(body)
-    outcome, model, stream = await chat_decision(request.app, body, raw)
+    outcome, model, stream = await _decision(request.app, body, raw)
     if not stream:
         return json_response(completion_body(outcome, model, top))
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -46,6 +49,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def chat_record(app: web.Application, body: dict[str, Any], raw: bytes
+                      ) -> dict[str, Any]:
+    """The whole answer to a chat decision body (no stream), as one JSON object."""
+    top = requested_logprobs(body)
+    outcome, model, _stream = await _decision(app, body, raw)
+    return completion_body(outcome, model, top)
+
+
 def _include_usage(body: dict[str, Any]) -> bool:
     options = body.get("stream_options")
     if options is None:
@@ -56,7 +67,7 @@ def _include_usage(body: dict[str, Any]) -> bool:
     return bool(options.get("include_usage", False))
 
 
-async def chat_decision(
+async def _decision(
     app: web.Application, body: dict[str, Any], raw: bytes
 ) -> tuple[Outcome, str | None, bool]:
     """The decision a chat body with ``semif`` asks for: (outcome, model, stream)."""
@@ -71,12 +82,10 @@ async def chat_decision(
         service = await app[MODELS].service(model, strict=False)
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
-    profile = await select_profile(app, service, call.calibration, "semif.calibration",
-                                   version=PROMPT_FORMAT_VERSIONS[call.layout])
-    plan = debias_for(profile, call.question, call.debias_method, call.debias,
-                      param="semif.debias")
-    outcome = calibrate(profile, await service.decide(
-        body["messages"], call.question, body.get("chat_template_kwargs"),
-        debias=plan.shifts, contextual=plan.method == "contextual", layout=call.layout,
-    ), plan, call.label_mass_floor)
+    asked = Asked(
+        body["messages"], {"0": call.question}, body.get("chat_template_kwargs"), call.layout,
+        calibration=call.calibration, calibration_param="semif.calibration",
+        debias_method=call.debias_method, debias={"0": call.debias},
+        debias_param="semif.debias", label_mass_floor=call.label_mass_floor)
+    outcome = (await service.answer(asked))["0"]
     return outcome, model, stream

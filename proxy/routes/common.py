@@ -8,17 +8,14 @@ import orjson
 from aiohttp import web
 
 from ..admission import Work
-from ..app_keys import ADMISSION, KIND, METRICS, MODELS, PROFILES, SETTINGS
-from ..calibration.profile import Profile
+from ..app_keys import ADMISSION, KIND, METRICS, MODELS, SETTINGS
 from ..cost import CHUNK, ONE
-from ..decision.prompt import PROMPT_FORMAT_VERSION
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..protocol.relayed import generation_tokens
 from ..service import DecisionService
 from ..upstream import Upstream
 
-__all__ = ["MAX_DEPTH", "json_object", "check_depth", "json_response", "relay", "routed",
-           "select_profile"]
+__all__ = ["MAX_DEPTH", "json_object", "check_depth", "json_response", "relay", "routed"]
 
 # Deeper JSON than this in a decision body is refused: it has no business in a
 # prompt, and the encoders behind us stop at 255 (orjson) or ~1000 (json) levels.
@@ -60,18 +57,6 @@ def routed(raw: bytes, body: dict[str, Any], service: DecisionService) -> bytes:
     if model is None or body.get("model") == model:
         return raw
     return orjson.dumps({**body, "model": model})
-
-
-async def select_profile(app: web.Application, service: DecisionService, requested: str | None,
-                         param: str, version: str = PROMPT_FORMAT_VERSION) -> Profile | None:
-    """The calibration profile a decision for ``service``'s model uses, checked against
-    that model, the request's prompt format ``version`` and the read scheme. Behind a
-    router the default profile applies only to its own model."""
-    store, info = app[PROFILES], await service.model()
-    profile = store.select(requested, param=param, info=info if app[MODELS].several else None)
-    if profile is not None:
-        store.check(profile, info, param=param, version=version, scheme=service.scheme)
-    return profile
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

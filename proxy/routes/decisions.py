@@ -9,29 +9,41 @@ from aiohttp import web
 from ..app_keys import KIND, MODELS, SETTINGS
 from ..errors import InvalidRequest
 from ..protocol.decisions import parse_request, response_body
-from .common import check_depth, json_object, json_response
 from ..served import UnknownModel
+from ..service import Asked
+from .common import check_depth, json_object, json_response
 
-__all__ = ["decisions", "decisions_answer"]
+__all__ = ["decisions", "decisions_reply", "decisions_record"]
 
 
 async def decisions(request: web.Request) -> web.Response:
     request[KIND] = "decision"
     raw = await request.read()
-    return json_response(await decisions_answer(request.app, json_object(raw), raw))
+    return await decisions_reply(request, json_object(raw), raw)
 
 
-async def decisions_answer(app: web.Application, body: dict[str, Any], raw: bytes
+async def decisions_reply(request: web.Request, body: dict[str, Any], raw: bytes
+                          ) -> web.Response:
+    """The answer to a parsed Decisions body."""
+    request[KIND] = "decision"
+    return json_response(await decisions_record(request.app, body, raw))
+
+
+async def decisions_record(app: web.Application, body: dict[str, Any], raw: bytes
                            ) -> dict[str, Any]:
+    """The answer to a Decisions body as one JSON object (also a jsonlines line's)."""
     check_depth(body, raw)
     call = parse_request(body)
     limit = app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:
-        raise InvalidRequest(f"the input is {len(call.state_text)} characters; the limit is {limit}",
-                             param="input", code="input_too_long")
+        raise InvalidRequest(
+            f"the input is {len(call.state_text)} characters; the limit is {limit}",
+            param="input", code="input_too_long")
     try:
         service = await app[MODELS].service(call.model)
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
-    outcomes = await service.decide_many(call.state_text, call.questions)
+    # no calibration: the Decisions API has no field to name a profile
+    outcomes = await service.answer(Asked.about_state(call.state_text, call.questions,
+                                                      default_profile=False))
     return response_body(call, outcomes)

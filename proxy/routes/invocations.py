@@ -33,13 +33,10 @@ from aiohttp import web
 from ..app_keys import API, KIND, METRICS, MODELS, SETTINGS
 from ..errors import InvalidRequest, ProxyError, UpstreamTimeout, error_record
 from ..middleware import count_error
-from ..protocol.chat import completion_body
-from ..protocol.semif import requested_logprobs
-from ..protocol.systemone import parse_request
-from .chat import chat_completions, chat_decision
+from .chat import chat_record, chat_reply
 from .common import check_depth, json_object
-from .decisions import decisions, decisions_answer
-from .systemone import served_here, system_one, system_one_answer, system_one_service
+from .decisions import decisions_record, decisions_reply
+from .systemone import system_one_record, system_one_reply
 
 __all__ = ["JSONLINES", "invocations", "execution_parameters", "body_shape",
            "answer_line"]
@@ -56,13 +53,15 @@ log = logging.getLogger("proxy")
 async def invocations(request: web.Request) -> web.StreamResponse:
     if request.content_type in JSONLINES:
         return await _jsonlines(request)
-    shape = body_shape(json_object(await request.read()))  # the handlers reuse aiohttp's copy
+    raw = await request.read()
+    body = json_object(raw)
+    shape = body_shape(body)
     if shape == "chat":
-        return await chat_completions(request)
+        return await chat_reply(request, body, raw)
     if shape == "systemone":
         request[API] = "systemone"
-        return await system_one(request)
-    return await decisions(request)
+        return await system_one_reply(request, body, raw)
+    return await decisions_reply(request, body, raw)
 
 
 def body_shape(body: dict[str, Any]) -> str:
@@ -151,23 +150,17 @@ async def answer_line(app: web.Application, raw: bytes) -> dict[str, Any]:
 
 
 async def _answer(app: web.Application, raw: bytes) -> dict[str, Any]:
+    """A line answered by the same parse, service call and render as its route's."""
     body = json_object(raw)
     shape = body_shape(body)
     check_depth(body, raw)
     if shape == "systemone":
-        call = parse_request(body)
-        service = await system_one_service(app, call)
-        if not served_here(await service.model()):
-            raise InvalidRequest("llama-server serves a native decision model: send System "
-                                 "One requests to it one at a time", code="native_model")
-        return await system_one_answer(app, call, service)
+        return await system_one_record(app, body, raw)
     if shape == "decisions":
-        return await decisions_answer(app, body, raw)
+        return await decisions_record(app, body, raw)
     if body.get("semif") is None:
         raise InvalidRequest("a jsonlines line is a decision: a chat request needs semif "
                              "(generations go to /invocations one at a time)", param="semif")
     if body.get("stream"):
         raise InvalidRequest("a jsonlines line is answered whole: no stream", param="stream")
-    top = requested_logprobs(body)
-    outcome, model, _stream = await chat_decision(app, body, raw)
-    return completion_body(outcome, model, top)
+    return await chat_record(app, body, raw)

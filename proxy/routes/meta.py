@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from aiohttp import web
-
 import datetime as dt
+
+from aiohttp import web
 
 from ..app_keys import METRICS, MODELS, PEERS, UPSTREAM
 from ..errors import NotFound
 from ..metrics import CONTENT_TYPE, merged
-from ..workers import peer_metrics
-from .common import json_response
 from ..served import UnknownModel
 from ..upstream import ModelInfo
+from ..workers import peer_metrics
+from .common import json_response
 
 __all__ = ["health", "livez", "models", "model", "ping", "metrics"]
 
@@ -26,7 +26,8 @@ async def livez(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     """200 when llama-server is ready to answer, 503 otherwise (the proxy itself is up)."""
     ready = await request.app[UPSTREAM].health()
-    return json_response({"status": "ok" if ready else "upstream unavailable"}, 200 if ready else 503)
+    return json_response({"status": "ok" if ready else "upstream unavailable"},
+                         200 if ready else 503)
 
 
 async def ping(request: web.Request) -> web.Response:
@@ -70,7 +71,7 @@ async def models(request: web.Request) -> web.StreamResponse:
         names = served.names_of(info, default=i == 0).listed
         extra += [_entry(n, info.created) for n in names if n not in known]
         known.update(names)
-        released = dt.datetime.fromtimestamp(info.created or 0, dt.timezone.utc).date().isoformat()
+        released = dt.datetime.fromtimestamp(info.created or 0, dt.UTC).date().isoformat()
         listing += [{"name": name, "description": f"{info.id} served by llama-server, read as "
                      "a decision model", "release_date": released} for name in names]
     body["data"] = [*data, *extra]

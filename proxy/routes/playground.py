@@ -15,8 +15,8 @@ from pathlib import Path
 from aiohttp import web
 
 from ..app_keys import SETTINGS
-from ..errors import NotFound
 from ..calibration.profile import NAME_PATTERN
+from ..errors import NotFound
 
 __all__ = ["PAGE", "playground", "report_page", "report_figure"]
 

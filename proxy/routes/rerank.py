@@ -14,7 +14,6 @@ from aiohttp import web
 
 from ..app_keys import KIND, METRICS, MODELS, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest
-from ..profiles import DebiasPlan, calibrate
 from ..protocol.rerank import (
     listwise_question,
     parse_request,
@@ -24,11 +23,10 @@ from ..protocol.rerank import (
     response_body,
 )
 from ..served import UnknownModel
-from .common import check_depth, json_object, json_response, relay, routed, select_profile
+from ..service import Asked
+from .common import check_depth, json_object, json_response, relay, routed
 
 __all__ = ["rerank"]
-
-_NO_DEBIAS = DebiasPlan()
 
 
 async def rerank(request: web.Request) -> web.StreamResponse:
@@ -50,14 +48,15 @@ async def rerank(request: web.Request) -> web.StreamResponse:
                          max_document_chars=settings.rerank_max_document_chars)
     started = time.monotonic()
     if call.method == "listwise":
-        outcomes = await service.decide_many(query_state(call), {"0": listwise_question(call)})
+        asked = Asked.about_state(query_state(call), {"0": listwise_question(call)},
+                                  default_profile=False)
     else:
-        # only a profile the request names: a default one was fitted on other prompts
-        profile = (await select_profile(app, service, call.calibration, "x_calibration")
-                   if call.calibration is not None else None)
-        outcomes = await service.decide_many(query_state(call), pointwise_questions(call))
-        if profile is not None:
-            outcomes = {qid: calibrate(profile, o, _NO_DEBIAS) for qid, o in outcomes.items()}
+        # only a profile the request names (a default one was fitted on other prompts),
+        # applied without its debiasing
+        asked = Asked.about_state(query_state(call), pointwise_questions(call),
+                                  calibration=call.calibration, default_profile=False,
+                                  profile_debias=False)
+    outcomes = await service.answer(asked)
     metrics = app[METRICS]
     metrics.rerank_documents.labels(call.method).observe(len(call.documents))
     metrics.rerank_seconds.labels(call.method).observe(

@@ -12,14 +12,13 @@ from aiohttp import web
 
 from ..app_keys import KIND, MODELS, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
-from ..profiles import calibrate, debias_for
 from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, response_body
 from ..served import UnknownModel
-from ..service import DecisionService
+from ..service import Asked, DecisionService
 from ..upstream import ModelInfo
-from .common import check_depth, json_object, json_response, relay, routed, select_profile
+from .common import check_depth, json_object, json_response, relay, routed
 
-__all__ = ["served_here", "system_one", "system_one_answer", "system_one_service"]
+__all__ = ["served_here", "system_one", "system_one_reply", "system_one_record"]
 
 
 async def system_one(request: web.Request) -> web.StreamResponse:
@@ -28,23 +27,32 @@ async def system_one(request: web.Request) -> web.StreamResponse:
     try:
         body = json_object(raw)
     except InvalidRequest as err:
-        raise Unprocessable([{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]) from err
-    check_depth(body, raw)
-    call = parse_request(body)  # validated before llama-server is asked anything
-    service = await system_one_service(request.app, call)
+        raise Unprocessable(
+            [{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]) from err
+    return await system_one_reply(request, body, raw)
+
+
+async def system_one_reply(request: web.Request, body: dict[str, Any], raw: bytes
+                           ) -> web.StreamResponse:
+    """The answer to a parsed System One body: read here, or relayed to a native
+    decision model."""
+    request[KIND] = "decision"
+    call, service = await _prepared(request.app, body, raw)
     if not served_here(await service.model()):
         return await relay(request, request.app[UPSTREAM], routed(raw, body, service),
                            "/v1/systemone")
-    return json_response(await system_one_answer(request.app, call, service))
+    return json_response(await _answer(request.app, call, service))
 
 
-async def system_one_service(app: web.Application, call: SystemOneCall) -> DecisionService:
-    """The service of the model the request names (jev-latest or none: the default)."""
-    try:
-        return await app[MODELS].service(call.model)
-    except UnknownModel as exc:
-        raise Unprocessable([{"loc": ["body", "model"], "msg": exc.message(),
-                              "type": "value_error"}]) from exc
+async def system_one_record(app: web.Application, body: dict[str, Any], raw: bytes
+                            ) -> dict[str, Any]:
+    """The answer to a System One body as one JSON object (a jsonlines line): a native
+    decision model is not asked line by line."""
+    call, service = await _prepared(app, body, raw)
+    if not served_here(await service.model()):
+        raise InvalidRequest("llama-server serves a native decision model: send System "
+                             "One requests to it one at a time", code="native_model")
+    return await _answer(app, call, service)
 
 
 def served_here(info: ModelInfo | None) -> bool:
@@ -53,23 +61,29 @@ def served_here(info: ModelInfo | None) -> bool:
     return info is not None and "decisions" not in info.output_modalities
 
 
-async def system_one_answer(
-    app: web.Application, call: SystemOneCall, service: DecisionService
-) -> dict[str, Any]:
+async def _prepared(app: web.Application, body: dict[str, Any], raw: bytes
+                    ) -> tuple[SystemOneCall, DecisionService]:
+    """The validated request (before llama-server is asked anything) and the service of
+    the model it names (jev-latest or none: the default)."""
+    check_depth(body, raw)
+    call = parse_request(body)
+    try:
+        return call, await app[MODELS].service(call.model)
+    except UnknownModel as exc:
+        raise Unprocessable([{"loc": ["body", "model"], "msg": exc.message(),
+                              "type": "value_error"}]) from exc
+
+
+async def _answer(app: web.Application, call: SystemOneCall, service: DecisionService
+                  ) -> dict[str, Any]:
     """The System One answer to a validated request, read from ``service``'s chat model."""
     limit = app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:
         raise Unprocessable([{"loc": ["body", "state"], "type": "string_too_long",
                               "msg": f"the state is {len(call.state_text)} characters; "
                                      f"the limit is {limit}"}])
-    profile = await select_profile(app, service, call.calibration, "x_calibration")
-    plans = {qid: debias_for(profile, q, call.debias_method, call.debias.get(qid, ()),
-                             param="x_debias")
-             for qid, q in call.questions.items()}
-    outcomes = await service.decide_many(
-        call.state_text, call.questions,
-        debias={qid: plan.shifts for qid, plan in plans.items() if plan.shifts},
-        contextual=frozenset(qid for qid, plan in plans.items() if plan.method == "contextual"))
-    calibrated = {qid: calibrate(profile, outcome, plans[qid], call.label_mass_floor)
-                  for qid, outcome in outcomes.items()}
-    return response_body(call.model or DEFAULT_MODEL, calibrated)
+    outcomes = await service.answer(Asked.about_state(
+        call.state_text, call.questions, calibration=call.calibration,
+        debias_method=call.debias_method, debias=call.debias,
+        label_mass_floor=call.label_mass_floor))
+    return response_body(call.model or DEFAULT_MODEL, outcomes)

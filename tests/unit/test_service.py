@@ -150,12 +150,12 @@ async def test_labels_verified_for_a_model_that_was_replaced_meanwhile_are_not_r
     service = DecisionService(up, n_probs=8)
     question = choice_question(["x", "y"])
     await service.decide([{"role": "user", "content": "q"}], question)
-    old = service._info
+    old = service.known_model
     service._forget()  # another request saw a new model and asked for it ...
     up.model = "another"
     await service.model()
     # ... while a request verifying labels for the old one wrote its result late
-    service._assigned[('{"enable_thinking":false}', 2)] = (old, (("A", 1), ("C", 2)))
+    service._catalogue._assigned[('{"enable_thinking":false}', 2)] = (old, (("A", 1), ("C", 2)))
     out = await service.decide([{"role": "user", "content": "q"}], question)
     assert out.model == "another" and out.labels == ("A", "C")
     assert out.decision.probabilities[0] > 0.5  # ids 49 and 51, not the stale 1 and 2
@@ -166,7 +166,7 @@ async def test_very_long_option_layouts_are_not_remembered():
     service = DecisionService(up, n_probs=8)
     for options in (["x", "y"], ["x" * 9000, "y"]):
         await service.decide([{"role": "user", "content": "q"}], choice_question(options))
-    assert [key[2][0][:3] for key in service._layouts] == ["x"]
+    assert [key[2][0][:3] for key in service._prompts._layouts] == ["x"]
 
 
 class MeddledUpstream(RecordedUpstream):

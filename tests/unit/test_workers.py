@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.metrics import Metrics, merged
-from proxy.service import worker_slots
+from proxy.reader import worker_slots
 from proxy.workers import share
 
 

@@ -1,0 +1,180 @@
+"""Repeatable reads on llama-server's slots.
+
+The reader owns the slot book (``proxy/kv.py``: which slots this worker leases and
+what each holds canonically) and evaluates every prompt the canonical way there, so
+that a replay reads the same numbers. Each ``/completion`` step that ran alone is
+timed for the cost model (``proxy/cost.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from .admission import Admission
+from .cost import CostModel, kind_of
+from .discovery import Discovery
+from .kv import (
+    LONE_ROW_CELLS,
+    MAX_SMALL_CHUNK,
+    Held,
+    SlotBook,
+    Step,
+    after,
+    common_prefix,
+    lone_last,
+    plan,
+    plan_prefix,
+)
+from .metrics import Metrics
+from .upstream import Completion, NextToken, Upstream
+
+__all__ = ["Reader", "worker_slots"]
+
+log = logging.getLogger("proxy")
+
+
+def worker_slots(total: int, index: int, workers: int) -> list[int]:
+    """The llama-server slots worker ``index`` of ``workers`` leases: every ``workers``-th
+    from ``index``, so no two workers lease one slot; a worker beyond the slot count
+    shares one (its reads may then meet another worker's: ``semif_unrepeatable_reads``)."""
+    mine = list(range(index, total, workers))
+    return mine or [index % total]
+
+
+class Reader:
+    """``ubatch``: llama-server's physical batch, when known and small enough for the
+    prefix scheme; 0: the segment scheme. ``on_fresh`` is called when the slots are first
+    counted and whenever llama-server came back (its slots are then new)."""
+
+    def __init__(self, upstream: Upstream, discovery: Discovery, *, ubatch: int,
+                 worker: tuple[int, int], admission: Admission, metrics: Metrics | None,
+                 on_fresh: Callable[[], None]):
+        self._upstream = upstream
+        self._discovery = discovery
+        self.ubatch = ubatch if 2 <= ubatch <= MAX_SMALL_CHUNK else 0
+        self._worker = worker
+        self._admission = admission
+        self._metrics = metrics
+        self._on_fresh = on_fresh
+        self._epoch = getattr(upstream, "epoch", 0)  # a stand-in upstream may have none
+        self._book: SlotBook | None = None  # llama-server's slots, once counted
+        self.cost = CostModel()  # what a step costs on this llama-server (proxy/cost.py)
+        self._steps_running = self._steps_started = 0  # this reader's /completion calls
+
+    @property
+    def scheme(self) -> str:
+        """How prompts are evaluated (proxy/kv.py): ``prefix-<ub>`` or ``segment``."""
+        return f"prefix-{self.ubatch}" if self.ubatch else "segment"
+
+    async def book(self) -> SlotBook:
+        if self._book is None:
+            total = await self._discovery.total_slots()
+            if self._book is None:  # the first to get here after the await makes it
+                self._book = SlotBook(worker_slots(total, *self._worker))
+                self._admission.limit_parallel(self._book.size, self)
+                self._on_fresh()
+        epoch = getattr(self._upstream, "epoch", 0)
+        if epoch != self._epoch:  # llama-server came back: its slots and kernels are new
+            self._epoch = epoch
+            self._book.forget()
+            self._on_fresh()
+        return self._book
+
+    def forget(self) -> None:
+        """Nothing any slot holds is known any more (the book is kept: decisions in
+        flight hold its leases)."""
+        if self._book is not None:
+            self._book.forget()
+
+    async def read(self, book: SlotBook, slot: int, prompt: tuple[int, ...], s_len: int,
+                   width: int, grammar: str, ubatch: int) -> tuple[NextToken, int]:
+        """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
+        and the tokens evaluated for it. A slot found changed under the read (llama-server
+        reused other than expected) starts it again from a cold shared segment; if that
+        happens twice, the read is made as it comes and counted as unrepeatable.
+
+        The prefix scheme keeps the work of a read cut short (a deadline, a client gone):
+        the slot holds some prefix of what was sent, each row canonical, so the next read
+        there reads on whatever llama-server reuses of it (``_resume``), and reads the last
+        token again alone when it did not go alone the first time."""
+        spent = restarts = 0
+        held = book.holds[slot]
+        if ubatch and held is not None and held.partial:
+            read, spent = await self._resume(book, slot, held, prompt, width, grammar, ubatch)
+            if read is not None:
+                return read, spent
+        while restarts < 2:
+            steps = (plan_prefix(book.holds[slot], prompt, ubatch) if ubatch
+                     else plan(book.holds[slot], s_len, prompt))
+            for step in steps:
+                sent = after(step, prompt)
+                last = step is steps[-1]
+                try:
+                    done = await self.complete(
+                        sent, slot=slot, cache=step.cache, n_probs=width if last else 0,
+                        grammar=grammar if last else None)
+                except BaseException:
+                    if ubatch:  # what was evaluated stays for a retry (kv.Held.partial)
+                        book.holds[slot] = Held(sent, 0, lone_last(step, ubatch), partial=True)
+                    raise
+                spent += done.read.prompt_evaluated
+                if (done.cached, done.read.prompt_evaluated) != (step.cached, step.evaluated):
+                    book.holds[slot] = None
+                    restarts += 1
+                    break
+                book.holds[slot] = Held(sent, s_len, ubatch > 0 and lone_last(step, ubatch))
+            else:
+                return done.read, spent
+        done = await self.complete(prompt, slot=slot, cache=True, n_probs=width,
+                                   grammar=grammar)
+        book.holds[slot] = None
+        log.warning("llama-server slot %d kept changing under a read (reused %d of %d "
+                    "tokens): this answer may differ from a replay", slot, done.cached,
+                    len(prompt))
+        if self._metrics:
+            self._metrics.unrepeatable_reads.inc()
+        return done.read, spent + done.read.prompt_evaluated
+
+    async def _resume(self, book: SlotBook, slot: int, held: Held, prompt: tuple[int, ...],
+                      width: int, grammar: str, ubatch: int) -> tuple[NextToken | None, int]:
+        """After a read cut short in ``slot``: read after ``prompt`` on whatever the slot
+        kept, and record what it then holds. The read when its last row went alone (or the
+        prompt fits the first 256 cells), as the canonical plan's does, else None; and the
+        tokens evaluated."""
+        try:
+            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width,
+                                       grammar=grammar)
+        except BaseException:
+            book.holds[slot] = Held(prompt, 0, lone_last(Step(len(prompt), True, 0, 1),
+                                                         ubatch), partial=True)
+            raise
+        n = len(prompt)
+        got = Step(n, True, done.cached, done.read.prompt_evaluated)
+        if got.cached > common_prefix(held.tokens, prompt) or got.cached + got.evaluated != n:
+            book.holds[slot] = None  # more than was left there: someone else's rows
+            return None, got.evaluated
+        book.holds[slot] = Held(prompt, 0, lone_last(got, ubatch))
+        alone = n <= LONE_ROW_CELLS or book.holds[slot].lone_last
+        return (done.read if alone else None), got.evaluated
+
+    async def complete(self, tokens: Sequence[int], *, slot: int, cache: bool,
+                       n_probs: int = 0, grammar: str | None = None) -> Completion:
+        """``Upstream.complete``, timed: a step no other step of this reader ran beside
+        teaches the cost model what such a step costs."""
+        alone = self._steps_running == 0
+        self._steps_running += 1
+        self._steps_started += 1
+        mark = self._steps_started
+        started = time.monotonic()
+        try:
+            done = await self._upstream.complete(tokens, slot=slot, cache=cache,
+                                                 n_probs=n_probs, grammar=grammar)
+        finally:
+            self._steps_running -= 1
+        if alone and mark == self._steps_started and done.seconds > 0:
+            evaluated = done.read.prompt_evaluated
+            self.cost.observe(kind_of(evaluated, self.ubatch), evaluated, done.cached,
+                              done.seconds, time.monotonic() - started)
+        return done
