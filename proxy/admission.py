@@ -61,16 +61,16 @@ class Work:
         return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
 
 
-def finish_s(work_s: float, ahead: list[float], places: int) -> float:
+def finish_s(work_s: float, ahead: list[float], slots: int) -> float:
     """Seconds until a request of ``work_s`` admitted now is answered, when the requests
     ``ahead`` (in the order they were admitted) still have that many seconds of work
-    each: they take llama-server's ``places`` slots first come, first served, and the
+    each: they take the ``slots`` llama-server slots first come, first served, and the
     CPU is shared evenly among those in a slot (processor sharing). Each admitted
     request in a slot delays this one by as much of its work as runs beside it; one
     still waiting for a slot delays it by all of its own, once the slots are all
     taken."""
     jobs = [*ahead, work_s]
-    running, waiting = jobs[:places], jobs[places:]
+    running, waiting = jobs[:slots], jobs[slots:]
     mine = len(jobs) - 1  # this request's index: the last
     ids = list(range(len(running)))
     next_id = len(running)
@@ -82,7 +82,7 @@ def finish_s(work_s: float, ahead: list[float], places: int) -> float:
         if any(i == mine and r <= 1e-12 for i, r in left):
             return clock
         kept = [(i, r) for i, r in left if r > 1e-12]
-        while len(kept) < places and waiting:
+        while len(kept) < slots and waiting:
             kept.append((next_id, waiting.pop(0)))
             next_id += 1
         ids, running = [i for i, _ in kept], [r for _, r in kept]
