@@ -271,8 +271,8 @@ def merged(expositions: Sequence[str]) -> bytes:
                 else:
                     into[key] += sample.value
     for name, family in families.items():
-        for (sample, labels), value in values[name].items():
-            family.add_sample(sample, dict(labels), value)
+        for (sample_name, labels), value in values[name].items():
+            family.add_sample(sample_name, dict(labels), value)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(list(families.values())))
     return generate_latest(registry)
