@@ -17,7 +17,6 @@ the first one llama-server lists. One model: every name the model answers to
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from .errors import ProxyError, UpstreamBadResponse
 from .names import SDK_NAMES, ModelNames, model_names, parse_aliases
@@ -40,14 +39,6 @@ class UnknownModel(LookupError):
         return f"unknown model {self.name!r}; this server answers as {list(self.names)}"
 
 
-@dataclass(frozen=True)
-class Listed:
-    """One model a router lists: its id (what requests send upstream) and aliases."""
-
-    id: str
-    aliases: tuple[str, ...] = ()
-
-
 class ServedModels:
     def __init__(self, upstream: Upstream, make: Callable[[Upstream], DecisionService], *,
                  default_model: str = "", aliases: str = ""):
@@ -56,7 +47,7 @@ class ServedModels:
         self._default_name = default_model
         self._configured = parse_aliases(aliases)
         self._router: bool | None = None  # asked once llama-server answers
-        self._listed: tuple[Listed, ...] = ()
+        self._listed: tuple[ModelInfo, ...] = ()  # a router's models, as last listed
         self._services: dict[str, DecisionService] = {}
         self._single = make(upstream)  # one model: every request's service
 
@@ -102,12 +93,9 @@ class ServedModels:
             return {info.id if info else "": self._single.checked.as_json()}
         return {model: s.checked.as_json() for model, s in self._services.items()}
 
-    async def listed(self) -> tuple[Listed, ...]:
+    async def listed(self) -> tuple[ModelInfo, ...]:
         """A router's models as ``/v1/models`` lists them (no model is loaded to learn it)."""
-        body = await self._upstream.models_list()
-        entries = body.get("data") if isinstance(body.get("data"), list) else []
-        found = tuple(Listed(str(e["id"]), tuple(str(a) for a in e.get("aliases") or ()))
-                      for e in entries if isinstance(e, dict) and e.get("id") is not None)
+        found = (await self._upstream.models_list()).models
         if not found:
             raise UpstreamBadResponse("llama-server's /v1/models answer names no model")
         self._listed = found
@@ -148,7 +136,7 @@ class ServedModels:
         return found
 
 
-def _find(listed: tuple[Listed, ...], name: str) -> str | None:
+def _find(listed: tuple[ModelInfo, ...], name: str) -> str | None:
     for entry in listed:
         if name == entry.id or name in entry.aliases:
             return entry.id

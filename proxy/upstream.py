@@ -28,7 +28,6 @@ import aiohttp
 import orjson
 
 from .config import Settings
-from .metrics import upstream_timer
 from .errors import (
     UpstreamBadResponse,
     UpstreamError,
@@ -36,8 +35,9 @@ from .errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from .metrics import upstream_timer
 
-__all__ = ["Upstream", "NextToken", "ModelInfo", "Relay"]
+__all__ = ["Upstream", "NextToken", "ModelInfo", "ModelList", "Relay", "parse_models"]
 
 _log = logging.getLogger("proxy.upstream")
 
@@ -105,6 +105,47 @@ class ModelInfo:
     created: int | None = None
     build: str = ""   # llama.cpp's build (/props build_info), "" when not told
     path: str = ""    # the GGUF path llama-server loaded (/props model_path)
+
+
+@dataclass(frozen=True)
+class ModelList:
+    """llama-server's ``/v1/models`` answer: each model it lists, and the answer as sent
+    (``body``: OpenAI's ``object`` and the rest; ``entries``: its ``data``), which the
+    proxy passes on to clients with every field kept."""
+
+    models: tuple[ModelInfo, ...]
+    body: Mapping[str, Any]
+    entries: tuple[Any, ...]
+
+
+def parse_models(data: Any) -> ModelList:
+    """A ``/v1/models`` answer read: its entries that name a model, as ``ModelInfo``."""
+    if not isinstance(data, dict):
+        raise UpstreamBadResponse("llama-server's /v1/models answer is not a JSON object")
+    entries = data.get("data") if isinstance(data.get("data"), list) else []
+    models = tuple(_listed(e) for e in entries if isinstance(e, dict) and e.get("id") is not None)
+    return ModelList(models, data, tuple(entries))
+
+
+def _listed(entry: Mapping[str, Any]) -> ModelInfo:
+    """One ``/v1/models`` entry: its id (required), vocabulary and context (``meta``, which
+    a router lists only once the model is loaded), aliases, output modalities, creation."""
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    architecture = (entry.get("architecture") if isinstance(entry.get("architecture"), dict)
+                    else {})
+    aliases = entry.get("aliases") if isinstance(entry.get("aliases"), list) else ()
+    modalities = architecture.get("output_modalities")
+    return ModelInfo(
+        str(entry["id"]), _count(meta.get("n_vocab")), _count(meta.get("n_ctx")),
+        tuple(str(a) for a in aliases),
+        tuple(str(m) for m in modalities) if isinstance(modalities, list) and modalities
+        else ("text",),
+        _count(entry.get("created")),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass
@@ -252,14 +293,7 @@ class Upstream:
             entry = entries[0] if self.model is None else next(
                 e for e in entries if self.model == e.get("id") or self.model in (
                     e.get("aliases") or ()))
-            meta = entry.get("meta") or {}
-            architecture = entry.get("architecture") or {}
-            info = ModelInfo(
-                str(entry["id"]), meta.get("n_vocab"), meta.get("n_ctx"),
-                tuple(str(a) for a in entry.get("aliases") or ()),
-                tuple(str(m) for m in architecture.get("output_modalities") or ("text",)),
-                entry.get("created") if isinstance(entry.get("created"), int) else None,
-            )
+            info = _listed(entry)
         except StopIteration as exc:
             raise UpstreamBadResponse(
                 f"llama-server's /v1/models answer no longer lists {self.model!r}") from exc
@@ -280,12 +314,9 @@ class Upstream:
                 info = replace(info, n_ctx=n_ctx)
         return info
 
-    async def models_list(self) -> dict[str, Any]:
-        """llama-server's ``/v1/models`` answer, as a JSON object."""
-        data = await self._request_json("GET", "/v1/models", None)
-        if not isinstance(data, dict):
-            raise UpstreamBadResponse("llama-server's /v1/models answer is not a JSON object")
-        return data
+    async def models_list(self) -> ModelList:
+        """llama-server's ``/v1/models`` answer: every model it lists (a router's too)."""
+        return parse_models(await self._request_json("GET", "/v1/models", None))
 
     async def is_router(self) -> bool:
         """Whether llama-server runs in router mode (several models, ``/props`` says
@@ -328,7 +359,7 @@ class Upstream:
                                          timeout=self._health_timeout) as resp:
                 status = resp.status
                 await resp.read()
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         except (aiohttp.ClientError, OSError) as exc:
             self._mark_down(type(exc).__name__)

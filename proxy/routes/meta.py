@@ -9,9 +9,8 @@ from aiohttp import web
 from ..app_keys import METRICS, MODELS, PEERS, UPSTREAM
 from ..errors import NotFound
 from ..metrics import CONTENT_TYPE, merged
+from ..peers import peer_metrics
 from ..served import UnknownModel
-from ..upstream import ModelInfo
-from ..workers import peer_metrics
 from .common import json_response
 
 __all__ = ["health", "livez", "models", "model", "ping", "metrics"]
@@ -55,17 +54,16 @@ async def models(request: web.Request) -> web.StreamResponse:
     System One list (``models``: name, description, release_date), in one body. Listing
     loads no model: a router's models are described from its list alone."""
     served = request.app[MODELS]
-    body = await request.app[UPSTREAM].models_list()
-    data = body.get("data") if isinstance(body.get("data"), list) else []
+    listed = await request.app[UPSTREAM].models_list()
     if await served.router():
         default = await served.default_id()
-        infos = [_listed_info(e) for e in data if isinstance(e, dict) and "id" in e]
-        infos.sort(key=lambda i: i.id != default)  # the default first: it has the SDK names
+        # the default first: it has the SDK names
+        infos = sorted(listed.models, key=lambda i: i.id != default)
         build = ""
     else:
         infos = [await served.default_service().model()]
         build = infos[0].build
-    known = {entry.get("id") for entry in data if isinstance(entry, dict)}
+    known = {info.id for info in listed.models}
     extra, listing = [], []
     for i, info in enumerate(infos):
         names = served.names_of(info, default=i == 0).listed
@@ -74,18 +72,11 @@ async def models(request: web.Request) -> web.StreamResponse:
         released = dt.datetime.fromtimestamp(info.created or 0, dt.UTC).date().isoformat()
         listing += [{"name": name, "description": f"{info.id} served by llama-server, read as "
                      "a decision model", "release_date": released} for name in names]
-    body["data"] = [*data, *extra]
+    body = {**listed.body, "data": [*listed.entries, *extra]}
     body["models"] = listing
     body["x_llama_build"] = build
     body["x_repeatable"] = served.checks()  # the self-check of each model read so far
     return json_response(body)
-
-
-def _listed_info(entry: dict) -> ModelInfo:
-    created = entry.get("created")
-    return ModelInfo(str(entry["id"]), None, None,
-                     tuple(str(a) for a in entry.get("aliases") or ()),
-                     created=created if isinstance(created, int) else None)
 
 
 def _entry(name: str, created: int | None) -> dict[str, object]:

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestServer
 from proxy.config import Settings
 from proxy.errors import ProxyError
 from proxy.served import ServedModels, UnknownModel
-from proxy.upstream import ModelInfo, Upstream
+from proxy.upstream import ModelInfo, ModelList, Upstream, parse_models
 
 ROUTER_MODELS = {"object": "list", "data": [
     {"id": "qwen3-4b", "aliases": ["qwen"], "status": {"value": "unloaded"}},
@@ -29,9 +29,9 @@ class Recorded:
     async def is_router(self) -> bool:
         return self.router
 
-    async def models_list(self) -> dict:
+    async def models_list(self) -> ModelList:
         self.lists += 1
-        return self.models
+        return parse_models(self.models)
 
     def for_model(self, name: str) -> Recorded:
         bound = Recorded(self.router, self.models)
