@@ -1,5 +1,8 @@
 """``python -m proxy --workers N``: N processes serving one port.
 
+Role: the proxy's own supervisor of its workers, beneath whichever keeps the proxy
+running (docs/operations.md, "Which process supervises which").
+
 Each worker is a whole proxy (its own event loop, llama-server connections,
 admission and metrics) listening on the port with ``SO_REUSEPORT``. The kernel
 spreads *connections* over the workers, not requests: a client that keeps one
@@ -15,7 +18,7 @@ proxy's whole queue; a 429 is decided on the worker's own.
 
 Metrics: each worker keeps its own registry and serves it on a Unix socket in a
 private folder; the worker a scrape of ``/metrics`` lands on reads the others'
-and answers the sum (``metrics.merged``), so the port shows the whole proxy
+and answers the sum (``peers.py``, ``metrics.merged``), so the port shows the whole proxy
 whichever worker answers. ``semif_worker_processes`` says how many answered.
 
 The parent only starts the workers (``multiprocessing``, spawned), starts a
@@ -46,16 +49,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
 from .config import Settings
 
-__all__ = ["run", "share", "peer_metrics"]
+__all__ = ["run", "share"]
 
 log = logging.getLogger("proxy")
 _BACKOFF_S = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # by deaths in a row before ready again
-_PEER_TIMEOUT_S = 2.0
 
 
 def share(total: int, workers: int, index: int, *, least: int = 0) -> int:
@@ -165,24 +166,6 @@ def _worker(settings: Settings, index: int, sockets: list[str], ready) -> None:
 
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main())
-
-
-async def peer_metrics(sockets: tuple[str, ...]) -> list[str]:
-    """The other workers' expositions; a worker that does not answer (it is starting
-    again) is left out, and ``semif_worker_processes`` shows it."""
-    async def one(path: str) -> str | None:
-        try:
-            async with aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=path),
-                timeout=aiohttp.ClientTimeout(total=_PEER_TIMEOUT_S),
-            ) as session, session.get("http://worker/metrics") as resp:
-                return await resp.text() if resp.status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            log.warning("worker metrics at %s not read: %s", path, exc)
-            return None
-
-    found = await asyncio.gather(*(one(path) for path in sockets))
-    return [text for text in found if text is not None]
 
 
 def _die_with_parent() -> None:
