@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..bounded import BoundedCache
 from ..decision.debias import DebiasError, parse_debias
 from ..decision.prompt import DEFAULT_LAYOUT
 from ..decision.question import (
@@ -65,8 +66,8 @@ class SemifCall:
 
 # Valid calls by their JSON text: most traffic repeats the same few questions,
 # and a call is a pure function of its JSON (key order included: it orders options).
-_PARSED: dict[bytes, SemifCall] = {}
 _MAX_PARSED = 512
+_PARSED: BoundedCache[bytes, SemifCall] = BoundedCache(_MAX_PARSED)
 _MAX_KEY_BYTES = 8 * 1024  # with _MAX_PARSED: a few MB at most
 
 
@@ -81,9 +82,7 @@ def parse_semif(raw: object) -> SemifCall:
     if call is None:
         call = _parse(raw)
         if len(key) <= _MAX_KEY_BYTES:
-            if len(_PARSED) >= _MAX_PARSED:
-                del _PARSED[next(iter(_PARSED))]
-            _PARSED[key] = call
+            _PARSED.put(key, call)
     return call
 
 
