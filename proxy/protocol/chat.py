@@ -5,16 +5,134 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import Field
+
+from ..decision.outcome import Outcome
 from ..decision.prompt import PROMPT_FORMAT_VERSIONS
 from ..decision.readout import system_one_answer
-from ..decision.outcome import Outcome
+from .answers import (
+    Calibrated,
+    ChoiceAnswer,
+    DebiasMethod,
+    NoulAnswer,
+    Route,
+    RouteReason,
+    ScoreAnswer,
+)
+from .wire import Count, Layout, Open, Probability, PromptFormat
 
-__all__ = ["LEAST_LOGPROB", "semif_object", "logprobs_object", "completion_body",
-           "completion_chunks"]
+__all__ = ["LEAST_LOGPROB", "SemifAnswer", "ChatCompletion", "ChatCompletionChunk",
+           "semif_object", "logprobs_object", "completion_body", "completion_chunks"]
 
 LEAST_LOGPROB = -9999.0  # OpenAI's stand-in for a probability that rounds to 0
+
+
+class _ReadFacts(Open):
+    """How the answer was read (``semif_object``)."""
+
+    label_mass: Annotated[float, Field(ge=0)] = Field(
+        description="the options' share of the next-token probability before normalising")
+    labels: dict[str, str] = Field(description="option -> the label the model read it by")
+    reads: Annotated[int, Field(ge=1)]
+    prompt_format_version: PromptFormat
+    layout: Layout
+    calibration: Calibrated | None = None
+    route: Route | None = None
+    route_reason: RouteReason | None = None
+    debias: DebiasMethod | None = None
+    debias_note: str | None = None
+    read_scheme: str | None = None
+    repeatable: bool | None = Field(None, description="the server's self-check, once it ran")
+    logprobs_of: Literal["calibrated", "debiased", "read"] | None = Field(
+        None, description="what choices[0].logprobs list (only when the request asked)")
+
+
+class SemifChoiceAnswer(ChoiceAnswer, _ReadFacts):
+    pass
+
+
+class SemifScoreAnswer(ScoreAnswer, _ReadFacts):
+    pass
+
+
+class SemifNoulAnswer(NoulAnswer, _ReadFacts):
+    probabilities: dict[str, Probability] = Field(description='"true" and "false"')
+
+
+SemifAnswer = Annotated[SemifChoiceAnswer | SemifScoreAnswer | SemifNoulAnswer,
+                        Field(discriminator="type")]
+
+
+class _AnswerMessage(Open):
+    role: Literal["assistant"]
+    content: str = Field(description="the chosen option's name")
+
+
+class _TopLogprob(Open):
+    token: str = Field(description="an option's name")
+    logprob: Annotated[float, Field(le=0)]
+    bytes: list[int]
+
+
+class _Logprob(_TopLogprob):
+    top_logprobs: list[_TopLogprob]
+
+
+class _Logprobs(Open):
+    content: list[_Logprob]
+    refusal: None
+
+
+class _CompletionChoice(Open):
+    index: Count
+    message: _AnswerMessage
+    logprobs: _Logprobs | None
+    finish_reason: Literal["stop"]
+
+
+class _CachedTokens(Open):
+    cached_tokens: Count
+
+
+class _ChatUsage(Open):
+    prompt_tokens: Count
+    completion_tokens: Count = Field(description="one per read")
+    total_tokens: Count
+    prompt_tokens_details: _CachedTokens
+
+
+class ChatCompletion(Open):
+    """A decision as OpenAI's ``chat.completion``, the whole answer in ``semif``."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[_CompletionChoice]
+    usage: _ChatUsage
+    semif: SemifAnswer
+
+
+class _ChunkChoice(Open):
+    index: Count
+    delta: _AnswerMessage
+    logprobs: _Logprobs | None
+    finish_reason: Literal["stop"]
+
+
+class ChatCompletionChunk(Open):
+    """One event of a streamed decision (``completion_chunks``): the answer, then, when
+    the request asked for usage, a chunk with no choices, the usage and no ``semif``."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[_ChunkChoice]
+    usage: _ChatUsage | None = None
+    semif: SemifAnswer | None = None
 
 
 def semif_object(outcome: Outcome) -> dict[str, Any]:
@@ -43,7 +161,7 @@ def semif_object(outcome: Outcome) -> dict[str, Any]:
     return answer
 
 
-def _usage(outcome: Outcome) -> dict[str, int]:
+def _usage(outcome: Outcome) -> dict[str, Any]:
     return {
         "prompt_tokens": outcome.tokens_in,
         "completion_tokens": outcome.reads,  # one token per read, as System One counts them

@@ -20,9 +20,22 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    JsonValue,
+    Tag,
+    ValidationError,
+)
 
+from ..decision.outcome import Outcome
 from ..decision.question import (
+    MAX_LEVELS,
+    MAX_OPTIONS,
+    MIN_LEVELS,
+    MIN_OPTIONS,
     Question,
     QuestionError,
     as_text,
@@ -32,7 +45,7 @@ from ..decision.question import (
 )
 from ..decision.readout import Decision, choice_confidence, expected_level, score_confidence
 from ..errors import InvalidRequest
-from ..decision.outcome import Outcome
+from .wire import Count, Open, Probability
 
 __all__ = [
     "MAX_QUESTIONS",
@@ -41,6 +54,8 @@ __all__ = [
     "MAX_JSON_BYTES",
     "AskedQuestion",
     "DecisionsCall",
+    "DecisionsRequest",
+    "DecisionsResponse",
     "parse_request",
     "response_body",
 ]
@@ -71,7 +86,7 @@ class _InputText(_QuestionText):
 
 
 class _Image(_Strict):
-    """Accepted by the schema only to be refused by name."""
+    """Refused (400): this server reads text only."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     type: Literal["input_image"]
@@ -79,7 +94,7 @@ class _Image(_Strict):
 
 class _Json(_Strict):
     type: Literal["input_json"]
-    data: dict[str, Any] | list[dict[str, Any]]
+    data: dict[str, JsonValue] | list[dict[str, JsonValue]]
 
 
 class _OutputText(_Strict):
@@ -96,17 +111,21 @@ def _text_or_list(value: Any) -> str | None:
     return "text" if isinstance(value, str) else "list" if isinstance(value, list) else None
 
 
-def _text_or(part: Any) -> Any:
-    """A string, or a list of ``part``; only the branch that applies reports errors."""
-    return Annotated[
-        Union[Annotated[str, Tag("text")], Annotated[list[part], Tag("list")]],
-        Discriminator(_text_or_list, custom_error_type="text_or_list",
-                      custom_error_message="must be a string or a list of parts"),
-    ]
-
-
-def _parts(*members: type[_Strict]) -> Any:
-    return Annotated[Union[members], Field(discriminator="type")]
+# A string, or a list of parts; only the branch that applies reports errors.
+_TEXT_OR_LIST = Discriminator(_text_or_list, custom_error_type="text_or_list",
+                              custom_error_message="must be a string or a list of parts")
+_Text = Annotated[str, Tag("text")]
+_UserPart = Annotated[_InputText | _Image | _Json, Field(discriminator="type")]
+_AssistantPart = Annotated[_OutputText | _Refusal, Field(discriminator="type")]
+_OutputPart = Annotated[_InputText | _Image, Field(discriminator="type")]
+_InstructionPart = Annotated[_QuestionText | _Image | _Json, Field(discriminator="type")]
+_UserContent = Annotated[_Text | Annotated[list[_UserPart], Tag("list")], _TEXT_OR_LIST]
+_TextContent = Annotated[_Text | Annotated[list[_InputText], Tag("list")], _TEXT_OR_LIST]
+_AssistantContent = Annotated[_Text | Annotated[list[_AssistantPart], Tag("list")],
+                              _TEXT_OR_LIST]
+_OutputContent = Annotated[_Text | Annotated[list[_OutputPart], Tag("list")], _TEXT_OR_LIST]
+_Instructions = Annotated[_Text | Annotated[list[_InstructionPart], Tag("list")],
+                          _TEXT_OR_LIST]
 
 
 class _Message(_Strict):
@@ -115,22 +134,22 @@ class _Message(_Strict):
 
 class _UserMessage(_Message):
     role: Literal["user"]
-    content: _text_or(_parts(_InputText, _Image, _Json))
+    content: _UserContent
 
 
 class _DeveloperMessage(_Message):
     role: Literal["developer"]
-    content: _text_or(_InputText)
+    content: _TextContent
 
 
 class _SystemMessage(_Message):
     role: Literal["system"]
-    content: _text_or(_InputText)
+    content: _TextContent
 
 
 class _AssistantMessage(_Message):
     role: Literal["assistant"]
-    content: _text_or(_parts(_OutputText, _Refusal))
+    content: _AssistantContent
     phase: Literal["commentary", "final_answer"] | None = None
 
 
@@ -154,7 +173,7 @@ class _CustomToolCall(_Call):
 
 class _CallOutput(_Strict):
     call_id: str
-    output: _text_or(_parts(_InputText, _Image))
+    output: _OutputContent
     id: str | None = None
     status: _Status | None = None
 
@@ -167,14 +186,6 @@ class _CustomToolCallOutput(_CallOutput):
     type: Literal["custom_tool_call_output"]
 
 
-_ITEMS = {
-    "user": _UserMessage, "developer": _DeveloperMessage, "system": _SystemMessage,
-    "assistant": _AssistantMessage, "function_call": _FunctionCall,
-    "function_call_output": _FunctionCallOutput, "custom_tool_call": _CustomToolCall,
-    "custom_tool_call_output": _CustomToolCallOutput,
-}
-
-
 def _item_tag(value: Any) -> str | None:
     """A message's role (its ``type`` is optional), otherwise the item's ``type``."""
     if not isinstance(value, dict):
@@ -185,7 +196,13 @@ def _item_tag(value: Any) -> str | None:
 
 
 _Item = Annotated[
-    Union[tuple(Annotated[model, Tag(tag)] for tag, model in _ITEMS.items())],
+    Union[Annotated[_UserMessage, Tag("user")], Annotated[_DeveloperMessage, Tag("developer")],
+          Annotated[_SystemMessage, Tag("system")],
+          Annotated[_AssistantMessage, Tag("assistant")],
+          Annotated[_FunctionCall, Tag("function_call")],
+          Annotated[_FunctionCallOutput, Tag("function_call_output")],
+          Annotated[_CustomToolCall, Tag("custom_tool_call")],
+          Annotated[_CustomToolCallOutput, Tag("custom_tool_call_output")]],
     Discriminator(_item_tag, custom_error_type="input_item",
                   custom_error_message="must be a user, developer, system or assistant message, "
                   "or a function_call, function_call_output, custom_tool_call or "
@@ -194,11 +211,13 @@ _Item = Annotated[
 
 
 class _Question(_Strict):
-    instructions: _text_or(_parts(_QuestionText, _Image, _Json))
+    instructions: _Instructions
     name: str | None = None
 
 
-class _Predicate(_Question):
+class _DecisionsPredicate(_Question):
+    """A yes/no question, answered with the probability of yes."""
+
     type: Literal["predicate"]
 
 
@@ -207,9 +226,11 @@ class _ChoiceOption(_Strict):
     description: str | None = None
 
 
-class _Choice(_Question):
+class _DecisionsChoice(_Question):
     type: Literal["choice"]
-    choices: list[_ChoiceOption]
+    # the limits are the question builders' to check (schema only)
+    choices: list[_ChoiceOption] = Field(json_schema_extra={"minItems": MIN_OPTIONS,
+                                                            "maxItems": MAX_OPTIONS})
 
 
 class _Level(_Strict):
@@ -217,9 +238,10 @@ class _Level(_Strict):
     description: str | None = None
 
 
-class _Score(_Question):
+class _DecisionsScore(_Question):
     type: Literal["score"]
-    levels: list[_Level]
+    levels: list[_Level] = Field(json_schema_extra={"minItems": MIN_LEVELS,
+                                                    "maxItems": MAX_LEVELS})
 
 
 class _CacheOptions(_Strict):
@@ -227,10 +249,15 @@ class _CacheOptions(_Strict):
     ttl: Literal["30m"] = "30m"
 
 
-class _Request(_Strict):
+_Asked = _DecisionsPredicate | _DecisionsChoice | _DecisionsScore
+
+
+class DecisionsRequest(_Strict):
+    """The openai SDK's ``decision_create_params``."""
+
     model: str
-    input: _text_or(_Item)
-    questions: Annotated[list[_parts(_Predicate, _Choice, _Score)],
+    input: Annotated[_Text | Annotated[list[_Item], Tag("list")], _TEXT_OR_LIST]
+    questions: Annotated[list[Annotated[_Asked, Field(discriminator="type")]],
                          Field(min_length=1, max_length=MAX_QUESTIONS)]
     prompt_cache_key: str | None = None  # accepted and unused: llama-server caches prefixes
     prompt_cache_options: _CacheOptions | None = None
@@ -260,7 +287,7 @@ class DecisionsCall:
 
 def parse_request(body: dict[str, Any]) -> DecisionsCall:
     try:
-        request = _Request.model_validate(body)
+        request = DecisionsRequest.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = _param(body, first["loc"], keep_last=first["type"] == "missing")
@@ -302,9 +329,9 @@ def _state_text(value: str | list[Any]) -> str:
 
 
 def _item_text(item: Any, loc: tuple[str | int, ...], calls: dict[str, set[str]]) -> str:
-    if isinstance(item, _Message):
+    if isinstance(item, (_UserMessage, _DeveloperMessage, _SystemMessage, _AssistantMessage)):
         return f"{item.role}: {_content_text(item.content, (*loc, 'content'))}"
-    if isinstance(item, _Call):
+    if isinstance(item, (_FunctionCall, _CustomToolCall)):
         calls[item.type].add(item.call_id)
         name = f"{item.namespace}.{item.name}" if item.namespace else item.name
         body = item.arguments if isinstance(item, _FunctionCall) else item.input
@@ -322,7 +349,8 @@ def _content_text(content: str | list[Any], loc: tuple[str | int, ...]) -> str:
     return "\n".join(_part_text(part, (*loc, j)) for j, part in enumerate(content))
 
 
-def _part_text(part: Any, loc: tuple[str | int, ...]) -> str:
+def _part_text(part: _InputText | _QuestionText | _Image | _Json | _OutputText | _Refusal,
+               loc: tuple[str | int, ...]) -> str:
     if isinstance(part, _Image):
         raise _refused("images are not supported: this server reads text only", loc)
     if isinstance(part, _Json):
@@ -351,7 +379,7 @@ def _check_json(data: Any, loc: tuple[str | int, ...]) -> None:
         raise _refused(f"input_json is larger than {MAX_JSON_BYTES} bytes", loc)
 
 
-def _ask(q: _Predicate | _Choice | _Score, loc: tuple[str | int, ...]) -> AskedQuestion:
+def _ask(q: _Asked, loc: tuple[str | int, ...]) -> AskedQuestion:
     instructions = _content_text(q.instructions, (*loc, "instructions"))
     if not instructions.strip():
         raise _refused("instructions must not be empty", (*loc, "instructions"))
@@ -361,12 +389,11 @@ def _ask(q: _Predicate | _Choice | _Score, loc: tuple[str | int, ...]) -> AskedQ
         raise _refused(err.message, err.loc) from err
 
 
-def _build(q: _Predicate | _Choice | _Score, loc: tuple[str | int, ...], instructions: str
-           ) -> AskedQuestion:
+def _build(q: _Asked, loc: tuple[str | int, ...], instructions: str) -> AskedQuestion:
     """The question builders check the limits (2-255 choices, 2-10 levels)."""
-    if isinstance(q, _Predicate):
+    if isinstance(q, _DecisionsPredicate):
         return AskedQuestion(q.name, noul_question(None, loc=loc, instructions=instructions))
-    if isinstance(q, _Choice):
+    if isinstance(q, _DecisionsChoice):
         options = _choice_options(q.choices, (*loc, "choices"))
         question = choice_question(options, loc=(*loc, "choices"), instructions=instructions)
         return AskedQuestion(q.name, question, tuple(c.value for c in q.choices))
@@ -397,6 +424,66 @@ def _choice_options(
 
 def _with_description(label: str, description: str | None) -> str:
     return f"{label} - {description.strip()}" if description and description.strip() else label
+
+
+class _DecisionsPredicateAnswer(Open):
+    type: Literal["predicate"]
+    name: str | None
+    probability: Probability = Field(description="the probability of yes")
+
+
+class _ValueProbability(Open):
+    value: str | bool = Field(description="a choice's value, as the request typed it")
+    probability: Probability
+
+
+class _DecisionsChoiceAnswer(Open):
+    type: Literal["choice"]
+    name: str | None
+    choice: str | bool
+    confidence: Probability
+    probabilities: list[_ValueProbability] = Field(description="in the request's order")
+
+
+class _LevelProbability(Open):
+    label: str
+    value: Count = Field(description="the level's number, 0 lowest")
+    probability: Probability
+
+
+class _DecisionsScoreAnswer(Open):
+    type: Literal["score"]
+    name: str | None
+    score: Annotated[float, Field(ge=0)] = Field(description="the expected level")
+    confidence: Probability
+    probabilities: list[_LevelProbability]
+
+
+class _InputDetails(Open):
+    cache_write_tokens: Count
+    cached_tokens: Count
+
+
+class _OutputDetails(Open):
+    reasoning_tokens: Count
+
+
+class _DecisionsUsage(Open):
+    input_tokens: Count
+    input_tokens_details: _InputDetails
+    output_tokens: Count
+    output_tokens_details: _OutputDetails
+    total_tokens: Count
+
+
+class DecisionsResponse(Open):
+    """The openai SDK's ``Decision``: one answer per question, in order."""
+
+    model: str
+    answers: list[Annotated[
+        _DecisionsPredicateAnswer | _DecisionsChoiceAnswer | _DecisionsScoreAnswer,
+        Field(discriminator="type")]]
+    usage: _DecisionsUsage
 
 
 def response_body(call: DecisionsCall, outcomes: Mapping[str, Outcome]) -> dict[str, Any]:

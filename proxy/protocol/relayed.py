@@ -25,15 +25,83 @@ nothing was inserted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import orjson
+from pydantic import ConfigDict, Field, JsonValue
+from pydantic.json_schema import SkipJsonSchema
 
 from ..config import environment_variable
 from ..errors import InvalidRequest
+from .wire import CONTENT_OR_CALLS, Count, Open
 
-__all__ = ["CHAT_PATHS", "GENERATIONS", "PART_FIELDS", "Generation", "check_chat",
-           "length_to_insert", "relayed_body"]
+__all__ = ["CHAT_PATHS", "GENERATIONS", "PART_FIELDS", "Generation", "Message",
+           "ChatPassThroughRequest", "CompletionsRequest", "EmbeddingsRequest",
+           "RelayedChatCompletion", "check_chat", "length_to_insert", "relayed_body"]
+
+# The documented pass-through bodies: the fields the proxy checks or bounds, as text
+# conversations. ``check_chat`` also passes image, audio and video parts and the other
+# message fields on to llama-server, which may answer them with its own errors; those
+# stay out of the document, so that a body valid in it never gets llama-server's 500.
+_TOKENS = ("at most the proxy's --relay-max-tokens (2048 by default; 400 above), which is "
+           "inserted when the request names no length")
+
+
+class _TextPart(Open):
+    type: Literal["text"]
+    text: str
+
+
+class _Function(Open):
+    name: str
+    arguments: str
+
+
+class _ToolCall(Open):
+    type: Literal["function"]
+    id: str | SkipJsonSchema[None] = None
+    function: _Function
+
+
+class Message(Open):
+    """An OpenAI chat message; roles stay free (a chat template may know others)."""
+
+    model_config = ConfigDict(json_schema_extra=CONTENT_OR_CALLS)
+    role: str
+    content: str | list[_TextPart] | None = None
+    tool_calls: list[_ToolCall] | SkipJsonSchema[None] = None
+
+
+class ChatPassThroughRequest(Open):
+    """A chat completion without ``semif``: passed to llama-server (streaming too)."""
+
+    semif: None = None
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_tokens: Count | None = Field(None, description=_TOKENS)
+    stream: bool = False
+
+
+class CompletionsRequest(Open):
+    prompt: str | list[JsonValue]
+    max_tokens: Count | None = Field(None, description=_TOKENS)
+    stream: bool = False
+
+
+class EmbeddingsRequest(Open):
+    input: str | list[JsonValue]
+
+
+class _RelayedChoice(Open):
+    index: Count
+    message: dict[str, JsonValue] | None = None
+    finish_reason: str | None = None
+
+
+class RelayedChatCompletion(Open):
+    """llama-server's own ``chat.completion``, relayed unchanged."""
+
+    object: Literal["chat.completion"]
+    choices: list[_RelayedChoice]
 
 # llama-server's paths whose body is an OpenAI chat body (b11434's route table)
 CHAT_PATHS = frozenset({

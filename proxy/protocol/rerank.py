@@ -22,7 +22,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ..decision.outcome import Outcome
 from ..decision.prompt import (
@@ -33,12 +35,89 @@ from ..decision.prompt import (
 )
 from ..decision.question import MAX_OPTIONS, Question, choice_question, noul_question
 from ..errors import InvalidRequest
+from .answers import Calibrated
+from .wire import Count, Open, Probability
 
-__all__ = ["METHODS", "LISTWISE_MAX", "RerankCall", "parse_request", "pointwise_questions",
-           "listwise_question", "relevance", "response_body"]
+__all__ = ["METHODS", "LISTWISE_MAX", "RerankRequest", "RerankResponse", "RelayedRerank",
+           "RerankCall", "parse_request", "pointwise_questions", "listwise_question",
+           "relevance", "response_body"]
 
 METHODS = ("pointwise", "listwise")
 LISTWISE_MAX = MAX_OPTIONS  # one label per document
+Method = Literal["pointwise", "listwise"]
+
+
+class _TextDocument(Open):
+    text: str
+
+
+class RerankRequest(Open):
+    """The wire format ``parse_request`` reads (by hand: its refusals name the field and
+    the setting behind a limit); unit tests hold the two together."""
+
+    query: str = Field(min_length=1)
+    documents: list[str | _TextDocument] = Field(min_length=1)
+    top_n: int | None = Field(None, ge=1, description="all of them when absent")
+    return_documents: bool = False
+    model: str | None = None
+    x_method: Method = Field("pointwise", description=(
+        "pointwise: P(yes) of a yes/no question per document, the query read once; "
+        f"listwise: one choice over all documents (2 to {LISTWISE_MAX}), scores summing to 1"))
+    x_calibration: str | None = Field(None, description="a profile for pointwise scores")
+
+
+class _Ranked(Open):
+    index: Count = Field(description="the document's position in the request")
+    relevance_score: Probability
+    document: _TextDocument | None = None  # with return_documents
+
+
+class _RerankUsage(Open):
+    prompt_tokens: Count
+    total_tokens: Count
+
+
+class _Version(Open):
+    version: str
+
+
+class _Billed(Open):
+    search_units: Count
+
+
+class _CohereMeta(Open):  # Cohere's
+    api_version: _Version
+    billed_units: _Billed
+
+
+class RerankResponse(Open):
+    """The documents' scores, best first (the caller's order among equals), ``top_n``."""
+
+    id: str
+    model: str
+    object: Literal["list"]
+    results: list[_Ranked]
+    usage: _RerankUsage
+    meta: _CohereMeta
+    x_method: Method
+    x_evaluated_tokens: Count = Field(description="what llama-server computed; the rest "
+                                                  "came from its cache")
+    x_prompt_format_version: Literal["semif-1"]
+    x_calibration: Calibrated | None = None
+
+
+class _Scored(Open):
+    index: Count
+    relevance_score: float = Field(description="the reranker model's raw score")
+
+
+class RelayedRerank(Open):
+    """A reranker model's own answer (llama-server started with --reranking)."""
+
+    model: str
+    object: Literal["list"]
+    results: list[_Scored]
+    usage: _RerankUsage
 
 
 @dataclass(frozen=True)

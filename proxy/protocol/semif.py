@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, JsonValue, SkipValidation, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from ..bounded import BoundedCache
 from ..decision.debias import DebiasError, parse_debias
@@ -35,23 +36,111 @@ from ..decision.question import (
     score_question,
 )
 from ..errors import InvalidRequest
+from .wire import (
+    CONTENT_OR_CALLS,
+    ChoiceOptions,
+    Closed,
+    Debias,
+    Layout,
+    NoulCriteria,
+    Open,
+    ScoreLevels,
+)
 
-__all__ = ["MAX_TOP_LOGPROBS", "SemifSpec", "SemifCall", "parse_semif", "refuse_incompatible",
-           "requested_logprobs"]
+__all__ = ["MAX_TOP_LOGPROBS", "SemifSpec", "SemifChoice", "SemifNoul", "SemifScore",
+           "ChatDecisionRequest", "DecisionMessage", "SemifCall", "parse_semif",
+           "refuse_incompatible", "requested_logprobs"]
 
 _BUILDERS = {"choice": choice_question, "noul": noul_question, "score": score_question}
+MAX_TOP_LOGPROBS = 20  # OpenAI's cap; the whole distribution stays in ``semif``
 
 
-class SemifSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class SemifSpec(Closed):
+    """What ``parse_semif`` validates. ``options``, ``temperature`` and ``debias`` keep
+    their wire types unchecked here (``SkipValidation``): the question builders and
+    ``parse_debias`` check them, naming the exact item (``semif.options.3``)."""
 
     type: Literal["choice", "noul", "score"] = "choice"
-    options: Any = None
-    temperature: Any = 1.0
-    debias: Any = None
+    options: Annotated[ChoiceOptions | NoulCriteria | ScoreLevels | None, SkipValidation] = None
+    temperature: Annotated[float, Field(gt=0), SkipValidation] = 1.0
+    debias: Annotated[Debias | None, SkipValidation] = None
     calibration: str | None = None
     label_mass_floor: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
-    layout: Literal["conversation_first", "options_first"] = DEFAULT_LAYOUT
+    layout: Layout = "conversation_first"  # DEFAULT_LAYOUT
+
+
+# The document's three kinds of ``semif``: ``SemifSpec`` with ``options`` as each needs them.
+class SemifChoice(SemifSpec):
+    """One of the options (the default type): a list of names or {name: description}."""
+
+    type: Literal["choice"] = "choice"
+    options: Annotated[ChoiceOptions, SkipValidation]
+
+
+class SemifNoul(SemifSpec):
+    """Yes or no; ``options`` may say what "true" and "false" mean."""
+
+    type: Literal["noul"]
+    options: Annotated[NoulCriteria | None, SkipValidation] = None
+
+
+class SemifScore(SemifSpec):
+    """A level of an ordered scale, ``options`` the levels, lowest first."""
+
+    type: Literal["score"]
+    options: Annotated[ScoreLevels, SkipValidation]
+
+
+class _TextPart(Open):
+    type: Literal["text"]
+    text: str
+
+
+class _Function(Open):
+    name: str
+    arguments: str
+
+
+class _DecisionToolCall(Open):
+    type: Literal["function"]
+    id: str | SkipJsonSchema[None] = None
+    function: _Function
+
+
+class DecisionMessage(Open):
+    """A message a decision read can lay out (``refuse_incompatible``'s rules): text
+    content (a string, null or text parts) and, if any, tool calls. The document also
+    asks llama-server's rule of it (content, or tool calls in an assistant message) and
+    a ``type`` of each tool call, which the read itself does not need."""
+
+    model_config = ConfigDict(json_schema_extra=CONTENT_OR_CALLS)
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[_TextPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[_DecisionToolCall] | None = None
+
+
+class _StreamOptions(Open):
+    include_usage: bool = False
+
+
+class ChatDecisionRequest(Open):
+    """A chat completion answered as a decision: the fields a one-token read cannot honour
+    (``n`` over 1, tools, ``response_format``) are refused; others are ignored."""
+
+    messages: Annotated[list[DecisionMessage], Field(min_length=1)]
+    semif: SemifChoice | SemifNoul | SemifScore
+    model: JsonValue = Field(None, description="echoed in the answer when it is a string")
+    stream: bool = Field(False, description="the whole answer as one chunk, then [DONE]")
+    stream_options: _StreamOptions | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    n: Literal[1] | None = None
+    tools: Annotated[list[JsonValue], Field(max_length=0)] | None = None
+    response_format: None = None
+    chat_template_kwargs: dict[str, JsonValue] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,9 +198,6 @@ def _parse(raw: dict[str, Any]) -> SemifCall:
                      spec.layout)
 
 
-MAX_TOP_LOGPROBS = 20  # OpenAI's cap; the whole distribution stays in ``semif``
-
-
 def requested_logprobs(body: dict[str, Any]) -> int | None:
     """How many options to list in ``choices[0].logprobs`` (``top_logprobs``, 0 to 20), or
     None when the request did not ask for log-probabilities (OpenAI's rules: ``logprobs``
@@ -158,8 +244,8 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 def _check_message(message: object, param: str) -> None:
     """A message a decision read can lay out: a known role, text content (a string,
     null, or text parts) and, if present, a list of tool calls."""
-    role = message.get("role") if isinstance(message, dict) else None
-    if not isinstance(role, str) or role not in _ROLES:
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str) \
+            or message["role"] not in _ROLES:
         raise InvalidRequest(
             f"each message must be an object with a role among {sorted(_ROLES)}", param=param
         )

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, JsonValue, SkipValidation, ValidationError, field_validator
 
 from ..decision.debias import DebiasError, parse_debias
+from ..decision.outcome import Outcome
 from ..decision.prompt import PROMPT_FORMAT_VERSION
 from ..decision.question import (
     Question,
@@ -31,54 +32,125 @@ from ..decision.question import (
 )
 from ..decision.readout import system_one_answer
 from ..errors import Unprocessable
-from ..decision.outcome import Outcome
+from .answers import (
+    Calibrated,
+    ChoiceAnswer,
+    DebiasMethod,
+    NoulAnswer,
+    Route,
+    RouteReason,
+    ScoreAnswer,
+)
+from .wire import (
+    ChoiceOptions,
+    Count,
+    Debias,
+    Description,
+    NoulCriteria,
+    Open,
+    Probability,
+    ScoreLevels,
+)
 
-__all__ = ["MAX_QUESTIONS", "SystemOneCall", "parse_request", "response_body", "DEFAULT_MODEL"]
+__all__ = ["MAX_QUESTIONS", "SystemOneRequest", "SystemOneResponse", "SystemOneCall",
+           "parse_request", "response_body", "DEFAULT_MODEL"]
 
 MAX_QUESTIONS = 128
 DEFAULT_MODEL = "jev-latest"
 
-Text = str | dict[str, Any] | list[Any] | None
+State = str | dict[str, JsonValue] | list[JsonValue]
 
 
-class _Question(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    instructions: Text = None
+# ``criteria`` and ``x_debias`` keep their wire types unchecked here (``SkipValidation``):
+# the question builders and ``parse_debias`` check them, naming the exact item.
+class _Question(Open):
+    instructions: Description = None
 
 
-class _Choice(_Question):
+class _SystemOneChoice(_Question):
     type: Literal["choice"]
-    criteria: Any
+    criteria: Annotated[ChoiceOptions, SkipValidation]
 
 
-class _Score(_Question):
+class _SystemOneScore(_Question):
     type: Literal["score"]
-    criteria: Any
+    criteria: Annotated[ScoreLevels, SkipValidation]
 
 
-class _Noul(_Question):
+class _SystemOneNoul(_Question):
     type: Literal["noul"]
-    criteria: Any = None
+    criteria: Annotated[NoulCriteria | None, SkipValidation] = None
 
 
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class SystemOneRequest(Open):
+    """Questions about one state; unknown fields are ignored, as the API does."""
+
     model: str | None = None
-    state: Any
-    x_debias: Any = None
+    state: Annotated[State, SkipValidation]
+    x_debias: Annotated[Debias | None, SkipValidation] = None
     x_calibration: str | None = None
     x_label_mass_floor: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
     questions: Annotated[
-        dict[str, Annotated[_Choice | _Score | _Noul, Field(discriminator="type")]],
+        dict[str, Annotated[_SystemOneChoice | _SystemOneScore | _SystemOneNoul,
+                            Field(discriminator="type")]],
         Field(min_length=1, max_length=MAX_QUESTIONS),
     ]
 
     @field_validator("state")
     @classmethod
-    def _state_is_content(cls, value: Any) -> Any:
+    def _state_is_content(cls, value: object) -> object:
         if value is None or not isinstance(value, (str, dict, list)):
             raise ValueError("state must be a string, an object or an array")
         return value
+
+
+class _Rotation(Open):
+    """One cyclic read: its shift and the probabilities by position shown."""
+
+    shift: Count
+    by_position: list[Probability]
+
+
+class _ReadFacts(Open):
+    """How the answer was read (``response_body``), as extensions of the API."""
+
+    x_label_mass: Annotated[float, Field(ge=0)]
+    x_reads: Annotated[int, Field(ge=1)]
+    x_prompt_format_version: Literal["semif-1"]
+    x_prompt_tokens: Count = Field(description="what a replay of the prompt must tokenise to")
+    x_calibration: Calibrated | None = None
+    x_route: Route | None = None
+    x_route_reason: RouteReason | None = None
+    x_debias: DebiasMethod | None = None
+    x_debias_note: str | None = None
+    x_rotations: list[_Rotation] | None = None
+    x_read_scheme: str | None = None
+    x_repeatable: bool | None = None
+
+
+class SystemOneChoiceAnswer(ChoiceAnswer, _ReadFacts):
+    pass
+
+
+class SystemOneScoreAnswer(ScoreAnswer, _ReadFacts):
+    pass
+
+
+class SystemOneNoulAnswer(NoulAnswer, _ReadFacts):
+    pass
+
+
+class _SystemOneUsage(Open):
+    input_tokens: Count
+    output_tokens: Count
+    x_cached_input_tokens: Count
+
+
+class SystemOneResponse(Open):
+    model: str
+    answers: dict[str, Annotated[SystemOneChoiceAnswer | SystemOneScoreAnswer
+                                 | SystemOneNoulAnswer, Field(discriminator="type")]]
+    usage: _SystemOneUsage
 
 
 @dataclass(frozen=True)
@@ -97,7 +169,7 @@ _BUILDERS = {"choice": choice_question, "score": score_question, "noul": noul_qu
 
 def parse_request(body: dict[str, Any]) -> SystemOneCall:
     try:
-        request = _Request.model_validate(body)
+        request = SystemOneRequest.model_validate(body)
     except ValidationError as exc:
         raise Unprocessable([_detail(e) for e in exc.errors()]) from exc
     questions: dict[str, Question] = {}

@@ -98,8 +98,7 @@ def _bounded(doc: dict[str, Any]) -> dict[str, Any]:
     schemas["DecisionsRequest"]["properties"]["model"] = {"const": MODEL}
     tokens = {"type": "integer", "minimum": 0, "maximum": 2 * MAX_GENERATED}
     schemas["ChatPassThroughRequest"]["properties"]["max_tokens"] = tokens
-    body = doc["paths"]["/v1/completions"]["post"]["requestBody"]["content"]["application/json"]
-    body["schema"]["properties"]["max_tokens"] = tokens
+    schemas["CompletionsRequest"]["properties"]["max_tokens"] = tokens
     return doc
 
 

@@ -1,0 +1,47 @@
+"""A decision's answer in System One form (``decision/readout.py``'s ``system_one_answer``),
+the core that ``/v1/systemone`` answers and chat's ``semif`` extends, and the facts of
+a calibrated read the two share."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, JsonValue
+
+from .wire import Open, Probability
+
+__all__ = ["ChoiceAnswer", "ScoreAnswer", "NoulAnswer", "Calibrated", "Route", "RouteReason",
+           "DebiasMethod"]
+
+Route = Literal["auto", "review"]
+# calibration/profile.py's ROUTE_REASONS (a unit test holds them equal)
+RouteReason = Literal["label_mass", "no_threshold", "below_threshold", "above_threshold"]
+DebiasMethod = Literal["cyclic", "pride", "contextual"]
+
+
+class Calibrated(Open):
+    """The calibration profile applied and its method for this kind of question."""
+
+    profile: str
+    method: str
+
+
+class ChoiceAnswer(Open):
+    type: Literal["choice"]
+    choice: str = Field(description="the most likely option")
+    probabilities: dict[str, Probability] = Field(description="by option, summing to 1")
+    confidence: Probability = Field(description="0 when uniform, 1 when certain")
+
+
+class ScoreAnswer(Open):
+    type: Literal["score"]
+    score: Annotated[float, Field(ge=0)] = Field(description="the expected level, 0 lowest")
+    legend: dict[str, str | dict[str, JsonValue] | list[JsonValue]] = Field(
+        description="each level's number (as text) -> the level as the request gave it")
+    probabilities: dict[str, Probability] = Field(description="by level number, summing to 1")
+    confidence: Probability
+
+
+class NoulAnswer(Open):
+    type: Literal["noul"]
+    noul: Probability = Field(description="the probability of yes")

@@ -1,0 +1,80 @@
+"""Field types the wire formats share: a question's options, levels and criteria, the
+debias spec, probabilities and counts.
+
+The question fields (``ChoiceOptions``, ``ScoreLevels``, ``NoulCriteria``) and the
+debias spec are typed as the wire carries them, and the request models wrap them in
+``SkipValidation``: the question builders (``decision/question.py``) and
+``parse_debias`` check them, so that every API words their refusals alike and names the
+exact item (``semif.options.3``). The types give the models their JSON Schema and
+mypy its types; the builders take ``object``, never trusting them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from ..decision.question import MAX_LEVELS, MAX_OPTIONS, MIN_LEVELS, MIN_OPTIONS
+
+__all__ = ["CONTENT_OR_CALLS", "Description", "Name", "ChoiceOptions", "ScoreLevels",
+           "NoulCriteria", "CyclicDebias", "Debias", "Probability", "Count", "Closed", "Open",
+           "Layout", "PromptFormat"]
+
+
+class Closed(BaseModel):
+    """A request object of ours: unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Open(BaseModel):
+    """An object others may add keys to (OpenAI's bodies, answers): unknown keys pass."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+Name = Annotated[str, Field(min_length=1)]
+# free text or structure, shown in the prompt as it is (objects and arrays as JSON)
+Description = str | dict[str, JsonValue] | list[JsonValue] | None
+ChoiceOptions = (
+    Annotated[list[Name], Field(min_length=MIN_OPTIONS, max_length=MAX_OPTIONS,
+                                json_schema_extra={"uniqueItems": True})]
+    | Annotated[dict[Name, Description], Field(min_length=MIN_OPTIONS, max_length=MAX_OPTIONS)]
+)
+ScoreLevels = Annotated[
+    list[Name | dict[str, JsonValue] | list[JsonValue]],
+    Field(min_length=MIN_LEVELS, max_length=MAX_LEVELS, description="lowest first"),
+]
+
+
+class NoulCriteria(Closed):
+    """What "true" (yes) and "false" (no) mean, either or both."""
+
+    true: Description = None
+    false: Description = None
+
+
+class CyclicDebias(Closed):
+    """Cyclic debiasing over ``rotations`` evenly spread shifts (all of them up to 8
+    options when absent)."""
+
+    method: Literal["cyclic"]
+    rotations: Annotated[int, Field(ge=1)] | None = None
+
+
+Debias = Literal["cyclic", "pride", "contextual"] | CyclicDebias
+
+# llama-server's rule for a chat message, as JSON Schema: content, or tool calls in an
+# assistant message
+CONTENT_OR_CALLS: dict[str, JsonValue] = {"anyOf": [
+    {"required": ["content"]},
+    {"required": ["tool_calls"], "properties": {"role": {"const": "assistant"}}},
+]}
+
+Probability = Annotated[float, Field(ge=0, le=1)]
+Count = Annotated[int, Field(ge=0)]
+# echoed in answers (decision/prompt.py's LAYOUTS and PROMPT_FORMAT_VERSIONS; a unit test
+# holds these to them)
+Layout = Literal["conversation_first", "options_first"]
+PromptFormat = Literal["semif-1", "semif-2"]
