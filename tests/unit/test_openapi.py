@@ -196,16 +196,16 @@ def _outcome(question, probs, **extra) -> Outcome:
 CHOICE = choice_question({"billing": None, "shipping": "parcels"})
 SCORE = score_question(["low", {"level": "high"}, ["x"]])
 NOUL = noul_question(None)
-FACTS = {"calibration": {"profile": "p", "method": "temperature"}, "route": "review",
+READ_DETAILS = {"calibration": {"profile": "p", "method": "temperature"}, "route": "review",
          "route_reason": "below_threshold", "debias": "cyclic", "debias_note": "why",
          "rotations": ((0, (0.4, 0.6)), (1, (0.5, 0.5))), "read_scheme": "prefix-63",
          "repeatable": True, "input_tokens": 30}
 OUTCOMES = [
     _outcome(CHOICE, [0.3, 0.7]),
-    _outcome(CHOICE, [0.3, 0.7], layout="options_first", **FACTS),
-    _outcome(SCORE, [0.2, 0.5, 0.3], **FACTS),
+    _outcome(CHOICE, [0.3, 0.7], layout="options_first", **READ_DETAILS),
+    _outcome(SCORE, [0.2, 0.5, 0.3], **READ_DETAILS),
     _outcome(NOUL, [0.9, 0.1]),
-    _outcome(NOUL, [0.0, 1.0], **FACTS),
+    _outcome(NOUL, [0.0, 1.0], **READ_DETAILS),
 ]
 
 
@@ -244,7 +244,7 @@ def test_rerank_answers_as_documented(method, give):
     if method == "listwise":
         outcomes = {"0": _outcome(rerank.listwise_question(call), [0.2, 0.5, 0.3])}
     else:
-        outcomes = {qid: _outcome(q, [0.6, 0.4], **FACTS)
+        outcomes = {qid: _outcome(q, [0.6, 0.4], **READ_DETAILS)
                     for qid, q in rerank.pointwise_questions(call).items()}
     body = rerank.response_body(call, rerank.relevance(call, outcomes), outcomes, "m")
     _answers(rerank.RerankResponse, body)
