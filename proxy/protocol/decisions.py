@@ -281,7 +281,7 @@ class DecisionsCall:
 
     @property
     def questions(self) -> dict[str, Question]:
-        """Keyed by position, for ``DecisionService.decide_many``."""
+        """Keyed by position, for ``DecisionService.answer``."""
         return {str(i): a.question for i, a in enumerate(self.asked)}
 
 
