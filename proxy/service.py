@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -137,7 +137,7 @@ class DecisionService:
                               admission=self._admission, metrics=metrics,
                               on_fresh=self._start_check)
         self._check = Check(self.scheme, None)
-        self._checking: asyncio.Task | None = None
+        self._checking: asyncio.Task[None] | None = None
         self._self_check = self_check  # run check() when the slots are first counted
         # (question, template, layout) JSON -> the content-free answer: see _free_answer
         self._content_free: BoundedCache[bytes, tuple[float, ...]] = BoundedCache(
@@ -222,7 +222,7 @@ class DecisionService:
         async with self._admission.admit(work):
             items = list(questions.items())
 
-            def one(qid: str, question: Question):
+            def one(qid: str, question: Question) -> Coroutine[Any, Any, Outcome]:
                 return self._decide(messages, question, template_kwargs, debias.get(qid, ()),
                                     free if qid in contextual else None, layout)
 

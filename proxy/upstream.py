@@ -122,7 +122,8 @@ def parse_models(data: Any) -> ModelList:
     """A ``/v1/models`` answer read: its entries that name a model, as ``ModelInfo``."""
     if not isinstance(data, dict):
         raise UpstreamBadResponse("llama-server's /v1/models answer is not a JSON object")
-    entries = data.get("data") if isinstance(data.get("data"), list) else []
+    listed = data.get("data")
+    entries: list[Any] = listed if isinstance(listed, list) else []
     models = tuple(_listed(e) for e in entries if isinstance(e, dict) and e.get("id") is not None)
     return ModelList(models, data, tuple(entries))
 
@@ -130,14 +131,16 @@ def parse_models(data: Any) -> ModelList:
 def _listed(entry: Mapping[str, Any]) -> ModelInfo:
     """One ``/v1/models`` entry: its id (required), vocabulary and context (``meta``, which
     a router lists only once the model is loaded), aliases, output modalities, creation."""
-    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
-    architecture = (entry.get("architecture") if isinstance(entry.get("architecture"), dict)
-                    else {})
-    aliases = entry.get("aliases") if isinstance(entry.get("aliases"), list) else ()
+    meta, architecture = entry.get("meta"), entry.get("architecture")
+    if not isinstance(meta, dict):
+        meta = {}
+    if not isinstance(architecture, dict):
+        architecture = {}
+    aliases = entry.get("aliases")
     modalities = architecture.get("output_modalities")
     return ModelInfo(
         str(entry["id"]), _count(meta.get("n_vocab")), _count(meta.get("n_ctx")),
-        tuple(str(a) for a in aliases),
+        tuple(str(a) for a in aliases) if isinstance(aliases, list) else (),
         tuple(str(m) for m in modalities) if isinstance(modalities, list) and modalities
         else ("text",),
         _count(entry.get("created")),
