@@ -23,9 +23,9 @@ import httpx
 from _machine import command_line, describe
 from _servers import ROOT, llama_server, proxy
 
-from proxy.calibration.dataset import Item, load_items
-from proxy.calibration.metrics import accuracy, expected_calibration_error
-from proxy.calibration.stats import bootstrap_interval
+from semif_tools.calibrate.dataset import Item, load_items
+from semif_tools.calibrate.scores import accuracy, expected_calibration_error
+from semif_tools.calibrate.stats import bootstrap_interval
 
 LAYOUTS = ("conversation_first", "options_first")
 

@@ -12,7 +12,7 @@ section out. The file opens with one line naming what the figures were measured 
 
 from what bench/_machine.py recorded with the first run (the CPU's level: AVX2, AVX-512,
 AVX-512 and AMX, ...; the llama.cpp build scripts/prepare.py chose, or LLAMA_SERVER's).
-Plotting needs matplotlib (the `calibrate` extra).
+Plotting needs matplotlib (the `tools` extra).
 """
 
 from __future__ import annotations

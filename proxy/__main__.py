@@ -1,9 +1,9 @@
 """``python -m proxy``: parse flags, load settings once, serve until SIGINT/SIGTERM.
 
-``python -m proxy calibrate DATA.jsonl --profile NAME`` fits a calibration
-profile against a running proxy instead (see ``proxy/calibration``);
-``python -m proxy batch IN.jsonl OUT.jsonl`` answers a file of requests
-through one (``proxy/batch.py``).
+``python -m proxy calibrate DATA.jsonl --profile NAME`` fits a calibration profile
+against a running proxy instead, and ``python -m proxy batch IN.jsonl OUT.jsonl``
+answers a file of requests through one: both are offline tools of the package
+``semif_tools`` (the ``tools`` extra), imported only when one of them is run.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ import logging
 import os
 import sys
 
-from . import calibration, workers
+from . import workers
 from .app import create_app
 from .config import load_settings
 from .logs import setup_logging
 from .server import loop_factory, serve
+
+TOOLS = ("calibrate", "batch")
+INSTALL_TOOLS = "pip install 'semif-sidecar[tools]'"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,13 +37,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _command(argv: list[str]) -> int:
-    if argv[:1] == ["calibrate"]:
-        return calibration.main(argv[1:])
-    if argv[:1] == ["batch"]:
-        from .batch import main as batch  # a client: not imported by the server
+def tool(name: str, argv: list[str]) -> int:
+    """Run the offline tool ``name`` (``semif_tools``); the server never imports it."""
+    try:
+        import semif_tools
+    except ModuleNotFoundError as exc:
+        if exc.name != "semif_tools":
+            raise
+        print(f"python -m proxy {name} needs the offline tools, which are not installed: "
+              f"{INSTALL_TOOLS}", file=sys.stderr)
+        return 2
+    return semif_tools.run(name, argv)
 
-        return batch(argv[1:])
+
+def _command(argv: list[str]) -> int:
+    if argv[:1] and argv[0] in TOOLS:
+        return tool(argv[0], argv[1:])
     return main(argv)
 
 

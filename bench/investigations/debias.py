@@ -29,12 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: the s
 from _machine import command_line, describe  # noqa: E402
 from _servers import ROOT, llama_server, proxy  # noqa: E402
 
-from proxy.calibration.cli import apply_priors, estimate_priors, prior_sample  # noqa: E402
-from proxy.calibration.dataset import load_items  # noqa: E402
-from proxy.calibration.fit import THRESHOLD_SHARE, Labelled, assign_roles  # noqa: E402
-from proxy.calibration.metrics import accuracy, expected_calibration_error, top_index  # noqa: E402
-from proxy.calibration.read import read_answers  # noqa: E402
-from proxy.calibration.stats import bootstrap_interval  # noqa: E402
+from proxy.calibration.transform import top_index  # noqa: E402
+from semif_tools.calibrate.cli import apply_priors, estimate_priors, prior_sample  # noqa: E402
+from semif_tools.calibrate.dataset import load_items  # noqa: E402
+from semif_tools.calibrate.fit import THRESHOLD_SHARE, Labelled, assign_roles  # noqa: E402
+from semif_tools.calibrate.read import read_answers  # noqa: E402
+from semif_tools.calibrate.scores import accuracy, expected_calibration_error  # noqa: E402
+from semif_tools.calibrate.stats import bootstrap_interval  # noqa: E402
 
 __all__ = ["WAYS", "main"]
 

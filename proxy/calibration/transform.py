@@ -23,8 +23,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from .metrics import top_index
-
 __all__ = [
     "Method",
     "METHODS",
@@ -36,11 +34,17 @@ __all__ = [
     "logit",
     "sigmoid",
     "calibrate",
+    "top_index",
 ]
 
 Method = Literal["none", "temperature", "platt", "isotonic"]
 METHODS: tuple[str, ...] = ("none", "temperature", "platt", "isotonic")
 PROBABILITY_FLOOR = 1e-300  # log(0) stand-in: keeps every log-probability finite
+
+
+def top_index(probs: Sequence[float]) -> int:
+    """The chosen option: argmax_i p_i, the first one on ties."""
+    return max(range(len(probs)), key=lambda i: probs[i])
 
 
 def _keep_choice(original: Sequence[float], out: list[float]) -> list[float]:

@@ -261,10 +261,10 @@ def test_locks_agree_with_pyproject():
                 for name, version in (r.split("==") for r in requirements)}
 
     runtime = pinned(project["dependencies"] + extras["image"])
-    dev = pinned(extras["calibrate"] + extras["test"])
+    dev = pinned(extras["tools"] + extras["test"])
     assert {n: pins(RUNTIME_LOCK).get(n, ("missing",))[0] for n in runtime} == runtime
     assert {n: pins(DEV_LOCK).get(n, ("missing",))[0] for n in dev} == dev
-    # the runtime lock holds nothing that only calibrate or test bring in
+    # the runtime lock holds nothing that only tools or test bring in
     dev_only = set(dev) - set(runtime)
     assert dev_only and not dev_only & set(pins(RUNTIME_LOCK))
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.calibration.cli import fit_profile, main
-from proxy.calibration.dataset import DataError, load_items, parse_item
-from proxy.calibration.fit import Labelled, assign_roles
-from proxy.calibration.metrics import accuracy, negative_log_likelihood
 from proxy.calibration.profile import load
-from proxy.calibration.report import write_report
 from proxy.decision.prompt import PROMPT_FORMAT_VERSION
 from scripts.stack import stop
+from semif_tools.calibrate.cli import fit_profile, main
+from semif_tools.calibrate.dataset import DataError, load_items, parse_item
+from semif_tools.calibrate.fit import Labelled, assign_roles
+from semif_tools.calibrate.report import write_report
+from semif_tools.calibrate.scores import accuracy, negative_log_likelihood
 from tests.conftest import launch_proxy
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -106,7 +106,8 @@ def test_report_compares_reads_with_and_without_debiasing(tmp_path):
     assert f"| choice | {n} | without debiasing | 100% | 0% | 0% |" in text
     first = sum(plain[i].gold == 0 for i in test) / n  # debiased reads pick A exactly then
     assert f"| choice | {n} | cyclic debiasing | {first:.0%} | {1 - first:.0%} | 0% |" in text
-    assert fitted.profile.metrics["without_debias"]["before"]["all"]["accuracy"]["n"] == n == 44  # 30% of each gold group, rounded
+    without = fitted.profile.metrics["without_debias"]
+    assert without["before"]["all"]["accuracy"]["n"] == n == 44  # 30% of each gold group, rounded
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def test_calibrate_reads_fits_and_writes_profile_and_report(proxy_url, calibrate
                "--folds", "4", "--seed", "1"])
     captured = capfd.readouterr()
     assert rc == 0, captured.err
-    assert "reading [" in captured.err and "60/60" in captured.err  # the progress bar
+    assert "reading: 100%" in captured.err and "60/60" in captured.err  # the progress bar
 
     profile = load("it-subset", out)
     model = httpx.get(proxy_url + "/v1/models").json()["data"][0]["id"]
@@ -140,7 +141,8 @@ def test_calibrate_reads_fits_and_writes_profile_and_report(proxy_url, calibrate
     items = load_items([subset])
     roles = assign_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items], 0.3, 0.3, 1)
     for kind, entry in profile.calibration.items():
-        assert entry.n_items == sum(1 for i, r in zip(items, roles) if i.kind == kind and r == "fit")
+        assert entry.n_items == sum(1 for i, r in zip(items, roles)
+                                    if i.kind == kind and r == "fit")
     threshold_items = roles.count("threshold")
     assert profile.threshold.source.startswith(f"threshold split: {threshold_items} items ")
 

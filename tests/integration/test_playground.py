@@ -10,10 +10,10 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from proxy.calibration.cli import fit_profile
-from proxy.calibration.fit import Labelled
-from proxy.calibration.report import write_report
 from scripts.stack import stop
+from semif_tools.calibrate.cli import fit_profile
+from semif_tools.calibrate.fit import Labelled
+from semif_tools.calibrate.report import write_report
 from tests.conftest import launch_proxy
 
 OPTIONS = ["billing", "shipping", "technical"]

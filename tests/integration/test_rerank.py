@@ -107,8 +107,8 @@ def test_a_profile_fitted_on_rerank_data_keeps_the_order_and_changes_the_scores(
     import json
     from pathlib import Path
 
-    from proxy.calibration.cli import main
     from scripts.stack import stop
+    from semif_tools.calibrate.cli import main
     from tests.conftest import launch_proxy
 
     proc, url, log = launch_proxy(logs_dir, llama.url, "--calibration-dir", str(tmp_path))

@@ -1,20 +1,33 @@
-"""The batch command's pure parts: reading lines, resuming, the facts it sums up."""
+"""The batch command (semif_tools/batch.py): reading lines, resuming, the facts it sums up,
+and a job against a small local server (retries, records, the progress bar)."""
 
+import asyncio
 import io
 
 import orjson
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
-import asyncio
-
-from proxy.batch import Job, answer_facts, done_ids, last_records, read_lines, run, settled, summary
+from semif_tools import client
+from semif_tools.batch import (
+    Job,
+    answer_facts,
+    done_ids,
+    last_records,
+    read_lines,
+    run,
+    settled,
+    summary_lines,
+)
 
 
 def test_lines_get_their_route_and_id(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(b"\n".join([
         orjson.dumps({"id": "t-1", "state": "s", "questions": {"q": {"type": "noul"}}}),
-        orjson.dumps({"messages": [{"role": "user", "content": "hi"}], "semif": {"options": ["a", "b"]}}),
+        orjson.dumps({"messages": [{"role": "user", "content": "hi"}],
+                      "semif": {"options": ["a", "b"]}}),
         b"",
         b"{not json",
         b"[1, 2]",
@@ -67,23 +80,72 @@ def test_answer_facts_per_api():
 
 
 def test_the_summary_counts_outcomes_latency_masses_and_routes():
-    job = Job(4, io.StringIO())
-    job.record(200, 0.1, "/v1/systemone", {"answers": {"a": {"x_label_mass": 0.5, "x_route": "auto"}}})
+    job = Job(4)
+    job.record(200, 0.1, "/v1/systemone",
+               {"answers": {"a": {"x_label_mass": 0.5, "x_route": "auto"}}})
     job.record(200, 0.3, "/v1/chat/completions", {"semif": {"label_mass": 0.7}})
     job.record(422, 0.2, "/v1/systemone", None)
     job.record(None, None, "", None)
-    lines = summary(job)
+    lines = summary_lines(job)
     assert lines[0].startswith("4 lines in ") and lines[0].endswith(
         ": error 1, ok 2, status 422 1")
     assert lines[1] == "latency p50 200 ms, p95 290 ms"
     assert lines[2] == "label mass p5 / p50 / p95: 0.510 / 0.600 / 0.690"
     assert lines[3] == "routes: auto 1"
-    assert "4/4 100%" in job.stream.getvalue()
 
 
-@pytest.mark.parametrize("done", [0, 3])
-def test_the_bar_says_rate_and_eta(done):
-    job = Job(3, io.StringIO())
-    job.done = done
-    bar = job.bar(job.started + 2.0)
-    assert f"{done}/3" in bar and "ETA" in bar
+@pytest.fixture
+def waits(monkeypatch):
+    """The retry policy's waits, recorded instead of slept."""
+    seen: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        seen.append(seconds)
+
+    monkeypatch.setattr(client.send_async.retry, "sleep", sleep)
+    return seen
+
+
+async def test_a_job_retries_what_passes_and_records_every_line(tmp_path, waits):
+    asked: list[str] = []
+
+    async def systemone(request: web.Request) -> web.Response:
+        body = await request.json()
+        asked.append(body["state"])
+        if body["state"] == "busy" and asked.count("busy") == 1:
+            return web.json_response({"error": "overloaded"}, status=429,
+                                     headers={"Retry-After": "3"})
+        if body["state"] == "broken":
+            return web.json_response({"error": "bug"}, status=500)
+        return web.json_response({"answers": {"q": {"x_label_mass": 0.5, "x_route": "auto"}}})
+
+    async def props(_: web.Request) -> web.Response:
+        return web.json_response({"total_slots": 2})
+
+    app = web.Application()
+    app.router.add_post("/v1/systemone", systemone)
+    app.router.add_get("/props", props)
+    src, out, stream = tmp_path / "in.jsonl", tmp_path / "out.jsonl", io.StringIO()
+    src.write_bytes(b"".join(orjson.dumps({"id": state, "state": state, "questions": {
+        "q": {"type": "noul"}}}) + b"\n" for state in ("calm", "busy", "broken")) + b"[]\n")
+    async with TestServer(app) as server:
+        job, complete = await run(src, out, str(server.make_url("/")), stream=stream)
+    records = {r["id"]: r for r in map(orjson.loads, out.read_bytes().splitlines())}
+    assert {k: r["status"] for k, r in records.items()} == {
+        "calm": 200, "busy": 200, "broken": 500, 4: None}
+    assert records[4]["error"]["code"] == "invalid_line"
+    assert asked.count("busy") == 2 and asked.count("broken") == 1  # 500 is not retried
+    assert waits == [3.0]  # the Retry-After, longer than the first back-off (0.5 s)
+    assert not complete and job.outcomes == {"ok": 2, "status 500": 1, "error": 1}
+    # not a terminal: no bar while it ran, its final state once at the end
+    assert stream.getvalue().count("\n") == 1 and "4/4" in stream.getvalue()
+
+
+async def test_an_unreachable_proxy_is_recorded_after_the_last_attempt(tmp_path, waits):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(b'{"state": "s", "questions": {"q": {"type": "noul"}}}\n')
+    job, complete = await run(src, out, "http://127.0.0.1:9", concurrency=1,
+                              stream=io.StringIO())
+    record = orjson.loads(out.read_bytes())
+    assert record["status"] is None and record["error"]["code"] == "unreachable"
+    assert len(waits) == client.ATTEMPTS - 1 and not complete

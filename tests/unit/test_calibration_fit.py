@@ -3,21 +3,6 @@ import random
 
 import pytest
 
-from proxy.calibration.fit import (
-    Labelled,
-    fit_calibration,
-    fit_label_mass_floor,
-    fit_isotonic,
-    fit_kind,
-    fit_method,
-    fit_platt,
-    fit_temperature,
-    fold_ids,
-    held_out,
-    assign_roles,
-    split_roles,
-)
-from proxy.calibration.metrics import negative_log_likelihood, top_index
 from proxy.calibration.transform import (
     calibrate,
     isotonic_map,
@@ -25,8 +10,24 @@ from proxy.calibration.transform import (
     platt_scale,
     sigmoid,
     temperature_scale,
+    top_index,
 )
 from proxy.decision.readout import normalise
+from semif_tools.calibrate.fit import (
+    Labelled,
+    assign_roles,
+    fit_calibration,
+    fit_isotonic,
+    fit_kind,
+    fit_label_mass_floor,
+    fit_method,
+    fit_platt,
+    fit_temperature,
+    fold_ids,
+    held_out,
+    split_roles,
+)
+from semif_tools.calibrate.scores import negative_log_likelihood
 
 EXACT = {"rel": 1e-12, "abs": 1e-15}
 

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from proxy.calibration.metrics import (
+from proxy.calibration.transform import top_index
+from semif_tools.calibrate.scores import (
     Bin,
     CurvePoint,
     accuracy,
@@ -13,7 +14,6 @@ from proxy.calibration.metrics import (
     position_shares,
     reliability_bins,
     summary,
-    top_index,
 )
 
 EXACT = {"rel": 1e-12, "abs": 1e-15}

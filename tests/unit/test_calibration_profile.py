@@ -4,7 +4,6 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.calibration.metrics import top_index
 from proxy.calibration.profile import (
     InvalidProfileName,
     KindCalibration,
@@ -22,7 +21,7 @@ from proxy.calibration.profile import (
     route,
     save,
 )
-from proxy.calibration.transform import sigmoid
+from proxy.calibration.transform import sigmoid, top_index
 from proxy.decision.prompt import PROMPT_FORMAT_VERSION
 
 MODEL = "/root/.cache/semif-sidecar/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

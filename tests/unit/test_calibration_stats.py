@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from proxy.calibration.stats import (
+from semif_tools.calibrate.stats import (
     THRESHOLD_GRID,
     binomial_tail,
     bootstrap_interval,
@@ -49,9 +49,9 @@ def test_binomial_tail(k, n, p, tail):
     assert binomial_tail(k, n, p) == pytest.approx(tail, **EXACT)
 
 
-@pytest.mark.parametrize(("values", "q", "expected"),
-                         [([1, 2, 3, 4], 0.5, 2.5), ([4, 1, 3, 2], 0.05, 1.15), ([1, 2, 3, 4], 1, 4),
-                          ([7], 0.3, 7), ([1, 2, 3, 4], 0, 1)])
+@pytest.mark.parametrize(("values", "q", "expected"), [
+    ([1, 2, 3, 4], 0.5, 2.5), ([4, 1, 3, 2], 0.05, 1.15), ([1, 2, 3, 4], 1, 4), ([7], 0.3, 7),
+    ([1, 2, 3, 4], 0, 1)])
 def test_quantile_interpolates_between_order_statistics(values, q, expected):
     assert quantile(values, q) == pytest.approx(expected, **EXACT)
 

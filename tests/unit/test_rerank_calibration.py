@@ -1,4 +1,4 @@
-"""Rerank calibration (proxy/calibration/rerank.py): the ranking metrics with exact
+"""Rerank calibration (semif_tools/calibrate/rerank_fit.py): the ranking metrics with exact
 values, the query split, and a fit that keeps every order and says what it did."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from proxy.calibration.dataset import DataError
-from proxy.calibration.rerank import (
+from semif_tools.calibrate.dataset import DataError
+from semif_tools.calibrate.rerank_fit import (
     RerankItem,
     fit_rerank,
     load_rerank_items,
@@ -91,7 +91,7 @@ def test_the_shipped_rerank_set_parses():
 def test_chance_figures_are_the_means_over_every_order():
     from itertools import permutations
 
-    from proxy.calibration.rerank import chance_ndcg_at, chance_reciprocal_rank
+    from semif_tools.calibrate.rerank_fit import chance_ndcg_at, chance_reciprocal_rank
 
     n, relevant = 5, frozenset({0, 3})
     orders = list(permutations(range(n)))

@@ -3,8 +3,10 @@
 Every function takes the answers as a list of distributions (one probability
 per option, in option order; a noul answer is ``[P(true), P(false)]``) and the
 gold answers as option indices. The *top probability* of an answer is its
-largest probability; its *choice* is the first option that has it. Each
-formula lives in one function whose docstring states it.
+largest probability; its *choice* is the first option that has it
+(``proxy.calibration.transform.top_index``). Each formula lives in one function
+whose docstring states it. (Named ``scores``, not ``metrics``: ``proxy/metrics.py``
+is the proxy's Prometheus collectors.)
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from proxy.calibration.transform import top_index  # the choice, as the proxy serves it
+
 __all__ = [
     "N_BINS",
     "NLL_FLOOR",
     "Bin",
     "CurvePoint",
-    "top_index",
     "top_probability",
     "accuracy",
     "expected_calibration_error",
@@ -57,11 +60,6 @@ class CurvePoint:
     count: int
 
 
-def top_index(probs: Sequence[float]) -> int:
-    """The chosen option: argmax_i p_i, the first one on ties."""
-    return max(range(len(probs)), key=lambda i: probs[i])
-
-
 def top_probability(probs: Sequence[float]) -> float:
     """The confidence an answer states in its choice: max_i p_i."""
     return max(probs)
@@ -84,7 +82,7 @@ def accuracy(probs: Distributions, golds: Sequence[int]) -> float:
 
 
 def _bin_of(top: float, n_bins: int) -> int:
-    return min(max(int(math.floor(top * n_bins)), 0), n_bins - 1)
+    return min(max(math.floor(top * n_bins), 0), n_bins - 1)
 
 
 def reliability_bins(probs: Distributions, golds: Sequence[int], n_bins: int = N_BINS) -> list[Bin]:

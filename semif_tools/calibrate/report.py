@@ -15,9 +15,11 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from proxy.calibration.profile import Profile
+from proxy.calibration.transform import top_index
+
 from .fit import CalibrationFit
-from .metrics import coverage_curve, position_shares, reliability_bins, top_index, top_probability
-from .profile import Profile
+from .scores import coverage_curve, position_shares, reliability_bins, top_probability
 from .stats import Interval, clopper_pearson_lower
 
 __all__ = ["REPORT_THRESHOLDS", "report_paths", "write_report", "reliability_figure",

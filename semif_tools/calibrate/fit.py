@@ -28,17 +28,24 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .metrics import (
+from proxy.calibration.transform import (
+    PROBABILITY_FLOOR,
+    calibrate,
+    logit,
+    sigmoid,
+    top_index,
+)
+
+from .scores import (
     accuracy,
     brier_score,
     expected_calibration_error,
     negative_log_likelihood,
     summary,
-    top_index,
     top_probability,
 )
 from .stats import (
@@ -50,7 +57,6 @@ from .stats import (
     fixed_sequence_threshold,
     quantile,
 )
-from .transform import PROBABILITY_FLOOR, calibrate, logit, sigmoid
 
 __all__ = [
     "KINDS",
@@ -380,9 +386,8 @@ class CalibrationFit:
         for scope, idx in self._scopes(part).items():
             rows, golds = [probs[i] for i in idx], [self.golds[i] for i in idx]
             out[scope] = {
-                name: bootstrap_interval(
-                    lambda pick, f=f: f([rows[j] for j in pick], [golds[j] for j in pick]),
-                    len(idx), level=self.level, seed=self.seed)
+                name: bootstrap_interval(_on_resample(f, rows, golds), len(idx),
+                                         level=self.level, seed=self.seed)
                 for name, f in _METRICS.items()}
         return out
 
@@ -410,6 +415,13 @@ class CalibrationFit:
 
 _METRICS = {"accuracy": accuracy, "ece": expected_calibration_error, "brier": brier_score,
             "nll": negative_log_likelihood}
+
+
+def _on_resample(metric: Callable[[Sequence[Sequence[float]], Sequence[int]], float],
+                 rows: Sequence[Sequence[float]], golds: Sequence[int]
+                 ) -> Callable[[Sequence[int]], float]:
+    """``metric`` of the answers a bootstrap resample picks (indices into rows and golds)."""
+    return lambda pick: metric([rows[j] for j in pick], [golds[j] for j in pick])
 
 
 def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("temperature",

@@ -4,14 +4,15 @@ One JSON line per query, the documents to rank and which of them are relevant::
 
     {"query": "How do I get a refund?", "documents": ["...", "..."], "relevant": [0, 3]}
 
-Each line is read once through the proxy's ``/v1/rerank`` (pointwise, uncalibrated). The
-queries are split (seeded): a monotone map of the scores, Platt's sigmoid(a * logit(p) + b)
-with a > 0, is fitted on the document pairs of the fit queries and judged on the held-out
-queries only. An increasing map cannot change any query's order, so ranking quality
-(NDCG@k, MRR) is the same before and after and is reported once; what calibration
-changes is whether a score means a probability of relevance (ECE of the pairs, before and
-after). The profile carries the map for the yes/no (``noul``) questions the pointwise
-reranker asks; apply it with ``"x_calibration": NAME`` on ``/v1/rerank``.
+Each line is read once through the proxy's ``/v1/rerank`` (pointwise, uncalibrated;
+``read.read_rerank_scores``). The queries are split (seeded): a monotone map of the scores,
+Platt's sigmoid(a * logit(p) + b) with a > 0, is fitted on the document pairs of the fit
+queries and judged on the held-out queries only. An increasing map cannot change any
+query's order, so ranking quality (NDCG@k, MRR) is the same before and after and is
+reported once; what calibration changes is whether a score means a probability of
+relevance (ECE of the pairs, before and after). The profile carries the map for the yes/no
+(``noul``) questions the pointwise reranker asks; apply it with ``"x_calibration": NAME``
+on ``/v1/rerank``.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from proxy.calibration.transform import platt_scale
+
 from .dataset import DataError, records
 from .fit import fit_platt
-from .metrics import expected_calibration_error
-from .transform import platt_scale
+from .scores import expected_calibration_error
 
 __all__ = ["RerankItem", "is_rerank", "load_rerank_items", "ndcg_at", "reciprocal_rank",
            "chance_ndcg_at", "chance_reciprocal_rank",
@@ -169,35 +171,3 @@ def fit_rerank(items: Sequence[RerankItem], scores: Sequence[Sequence[float]], *
         ece_before=_ece(before, [r for _, r in pairs]),
         ece_after=_ece(after, [r for _, r in pairs]), note=note)
 
-
-def read_rerank_scores(items: Sequence[RerankItem], url: str, *, api_key: str | None = None,
-                       timeout_s: float = 300.0,
-                       progress: Any = None) -> tuple[list[list[float]], str]:
-    """Each query's pointwise scores (uncalibrated), by document index, and the prompt
-    format they were read with; one request per query, one at a time (each request
-    already reads its documents over the slot that holds the query)."""
-    import httpx  # the calibrate extra
-
-    from .read import ReadError
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    out, version = [], ""
-    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s) as client:
-        for item in items:
-            try:
-                resp = client.post("/v1/rerank", json={"query": item.query,
-                                                       "documents": list(item.documents)})
-            except httpx.HTTPError as exc:
-                raise ReadError(f"{item.source}: the proxy did not answer: {exc!r}") from exc
-            if resp.status_code != 200:
-                raise ReadError(f"{item.source}: /v1/rerank answered {resp.status_code}: "
-                                f"{resp.text[:300]}")
-            body = resp.json()
-            scores = [0.0] * len(item.documents)
-            for result in body["results"]:
-                scores[result["index"]] = float(result["relevance_score"])
-            out.append(scores)
-            version = body.get("x_prompt_format_version") or version
-            if progress is not None:
-                progress(1)
-    return out, version

@@ -1,4 +1,4 @@
-"""``python -m proxy batch IN.jsonl OUT.jsonl``: a file of decision requests through a running proxy.
+"""``python -m proxy batch IN.jsonl OUT.jsonl``: a file of decisions through a running proxy.
 
 Each input line is a System One request (``state`` + ``questions{}``), an OpenAI
 Decisions request (``input`` + ``questions[]``) or a chat request (``messages``,
@@ -9,14 +9,12 @@ line by line (locked against a second job), so ``--resume`` skips the ids alread
 settled in it: answered (200), or refused for good (a 4xx other than 429, a line
 that is not a request); lines that failed for a passing reason (429, 5xx, the
 proxy unreachable) are asked again, and the last record of an id is the one that
-counts. A torn last line left by a kill is cut off first. 429 and 503 are retried
-after their ``Retry-After`` (with back-off); a timeout is recorded, not retried. A
-progress bar (rate, ETA) goes to stderr and a summary at the end: outcomes,
-latency p50/p95, label mass and routes. The exit status is 0 when every line's
-last record is a 200.
-
-The client is aiohttp's, the proxy's own dependency; nothing here imports the
-server side.
+counts. A torn last line left by a kill is cut off first. Each request goes through
+the tools' retry policy (``client.py``: 429, 502, 503 and 504 and the proxy
+unreachable are retried, after their ``Retry-After`` when longer than the back-off);
+a timeout is recorded, not retried. A progress bar (rate, time left) goes to stderr
+(``progress.py``) and a summary at the end: outcomes, latency p50/p95, label mass and
+routes. The exit status is 0 when every line's last record is a 200.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fcntl
-import math
 import os
 import sys
 import time
@@ -34,17 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import aiohttp
+import httpx
 import orjson
 
-from .calibration.stats import quantile
+from .calibrate.stats import quantile
+from .client import async_client, send_async
+from .progress import Bar
 
 __all__ = ["Job", "Line", "read_lines", "done_ids", "settled", "last_records", "answer_facts",
-           "summary", "run", "main"]
+           "summary_lines", "run", "main"]
 
-_RETRY = (429, 503)
-_ATTEMPTS = 6
 _DEFAULT_CONCURRENCY = 4
+_JSON = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -137,8 +135,9 @@ def answer_facts(route: str, answer: dict[str, Any]) -> tuple[list[float], list[
 
 @dataclass
 class Job:
+    """What the job has done so far: the facts its summary sums up."""
+
     total: int
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
     done: int = 0
     outcomes: Counter = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
@@ -146,7 +145,6 @@ class Job:
     routes: Counter = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
     skipped: int = 0  # lines OUT already answered (--resume)
-    _drawn: float = 0.0
 
     def record(self, status: int | None, latency: float | None, route: str,
                answer: dict[str, Any] | None) -> None:
@@ -158,22 +156,9 @@ class Job:
             masses, routes = answer_facts(route, answer)
             self.masses += masses
             self.routes.update(routes)
-        now = time.monotonic()
-        if now - self._drawn >= 0.2 or self.done == self.total:
-            self._drawn = now
-            self.stream.write("\r" + self.bar(now) + ("\n" if self.done == self.total else ""))
-            self.stream.flush()
-
-    def bar(self, now: float, width: int = 30) -> str:
-        frac = self.done / self.total if self.total else 1.0
-        rate = self.done / max(now - self.started, 1e-9)
-        eta = (self.total - self.done) / rate if rate > 0 else math.inf
-        filled = int(frac * width)
-        return (f"batch [{'#' * filled}{'-' * (width - filled)}] {self.done}/{self.total} "
-                f"{frac:4.0%} {rate:6.1f}/s ETA {eta:5.0f}s")
 
 
-def summary(job: Job) -> list[str]:
+def summary_lines(job: Job) -> list[str]:
     """The end-of-job lines: outcomes, latency, label mass and routes."""
     spent = time.monotonic() - job.started
     lines = [f"{job.done} lines in {spent:.1f}s ({job.done / max(spent, 1e-9):.1f}/s)"
@@ -190,58 +175,43 @@ def summary(job: Job) -> list[str]:
     return lines
 
 
-async def _send(session: aiohttp.ClientSession, url: str, line: Line
+async def _send(http: httpx.AsyncClient, line: Line
                 ) -> tuple[dict[str, Any], int | None, float | None, dict[str, Any] | None]:
-    """The output record for one line, its status, latency and answer."""
+    """The output record for one line, its status, latency (of the last attempt) and answer."""
     if line.body is None:
         return ({"id": line.id, "status": None,
                  "error": {"code": "invalid_line", "message": line.error}}, None, None, None)
-    delay = 0.5
-    for attempt in range(_ATTEMPTS):
-        started = time.monotonic()
-        try:
-            async with session.post(url + line.path, data=line.body,
-                                    headers={"Content-Type": "application/json"}) as resp:
-                raw = await resp.read()
-                status, retry_after = resp.status, resp.headers.get("Retry-After")
-        except asyncio.TimeoutError:
-            return ({"id": line.id, "status": None,
-                     "error": {"code": "timeout", "message": "no answer within the timeout"}},
-                    None, None, None)
-        except aiohttp.ClientError as exc:
-            if attempt + 1 == _ATTEMPTS:
-                return ({"id": line.id, "status": None,
-                         "error": {"code": "unreachable",
-                                   "message": f"the proxy could not be reached: {exc!r}"}},
-                        None, None, None)
-            await asyncio.sleep(delay)
-            delay *= 2
-            continue
-        latency = time.monotonic() - started
-        if status in _RETRY and attempt + 1 < _ATTEMPTS:
-            wait = float(retry_after) if retry_after and retry_after.isdigit() else delay
-            await asyncio.sleep(max(wait, delay))
-            delay *= 2
-            continue
-        try:
-            body = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            body = {"message": raw[:500].decode("utf-8", "replace")}
-        if status == 200:
-            return {"id": line.id, "status": status, "answer": body}, status, latency, body
-        return {"id": line.id, "status": status, "error": body}, status, latency, None
-    raise AssertionError("unreachable")
-
-
-async def _server_slots(session: aiohttp.ClientSession, url: str) -> int | None:
-    """llama-server's parallel slots, from its ``/props`` (relayed by the proxy)."""
     try:
-        async with session.get(url + "/props") as resp:
-            if resp.status != 200:
-                return None
-            slots = (await resp.json()).get("total_slots")
-            return int(slots) if isinstance(slots, int) and slots > 0 else None
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        resp = await send_async(http, "POST", line.path, content=line.body, headers=_JSON)
+    except httpx.TimeoutException:
+        return ({"id": line.id, "status": None,
+                 "error": {"code": "timeout", "message": "no answer within the timeout"}},
+                None, None, None)
+    except httpx.TransportError as exc:  # after the retry policy's last attempt
+        return ({"id": line.id, "status": None,
+                 "error": {"code": "unreachable",
+                           "message": f"the proxy could not be reached: {exc!r}"}},
+                None, None, None)
+    status, raw, latency = resp.status_code, resp.content, resp.elapsed.total_seconds()
+    try:
+        body = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        body = {"message": raw[:500].decode("utf-8", "replace")}
+    if status == 200:
+        return {"id": line.id, "status": status, "answer": body}, status, latency, body
+    return {"id": line.id, "status": status, "error": body}, status, latency, None
+
+
+async def _server_slots(http: httpx.AsyncClient) -> int | None:
+    """llama-server's parallel slots, from its ``/props`` (relayed by the proxy); asked
+    once, not retried: without it the job runs at the default concurrency."""
+    try:
+        resp = await http.get("/props")
+        if resp.status_code != 200:
+            return None
+        slots = resp.json().get("total_slots")
+        return int(slots) if isinstance(slots, int) and slots > 0 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
         return None
 
 
@@ -270,22 +240,22 @@ async def run(source: Path, out: Path, url: str, *, concurrency: int | None = No
             raise FileExistsError(f"another batch job is writing {out}") from None
         done = done_ids(out) if resume else set()
         lines = [line for line in everything if _key(line.id) not in done]
-        job = Job(len(lines), stream or sys.stderr, skipped=len(done))
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        url = url.rstrip("/")
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
-            width = concurrency or await _server_slots(session, url) or _DEFAULT_CONCURRENCY
+        job = Job(len(lines), skipped=len(done))
+        async with async_client(url, api_key=api_key, timeout_s=timeout_s) as http:
+            width = concurrency or await _server_slots(http) or _DEFAULT_CONCURRENCY
             queue = iter(lines)
 
-            async def worker() -> None:
-                for line in queue:
-                    record, status, latency, answer = await _send(session, url, line)
-                    sink.write(orjson.dumps(record) + b"\n")
-                    sink.flush()  # a kill loses at most the line being written
-                    job.record(status, latency, line.path, answer)
+            with Bar(len(lines), "batch", unit="line", stream=stream) as bar:
 
-            await asyncio.gather(*(worker() for _ in range(width)))
+                async def worker() -> None:
+                    for line in queue:
+                        record, status, latency, answer = await _send(http, line)
+                        sink.write(orjson.dumps(record) + b"\n")
+                        sink.flush()  # a kill loses at most the line being written
+                        job.record(status, latency, line.path, answer)
+                        bar.update(1)
+
+                await asyncio.gather(*(worker() for _ in range(width)))
     final = last_records(out)
     complete = all(final.get(_key(line.id), {}).get("status") == 200 for line in everything)
     return job, complete
@@ -318,6 +288,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:  # FileExistsError too
         print(f"batch: {exc}", file=sys.stderr)
         return 2
-    for line in summary(job):
+    for line in summary_lines(job):
         print(line)
     return 0 if complete else 1

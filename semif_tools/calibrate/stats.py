@@ -168,7 +168,8 @@ def fixed_sequence_threshold(tops: Sequence[float], hits: Sequence[bool], target
                              grid: Sequence[float] = THRESHOLD_GRID) -> ThresholdTest:
     """Test the grid's thresholds from the highest down (module docstring): keep the lowest
     t reached before the first whose answers (top probability >= t, at least ``min_count``
-    of them and ``fewest_to_pass``) have a Clopper-Pearson lower bound on their accuracy below ``target``."""
+    of them and ``fewest_to_pass``) have a Clopper-Pearson lower bound on their accuracy
+    below ``target``."""
     if len(tops) != len(hits) or not tops:
         raise ValueError("one hit per answer, and at least one answer")
     if list(grid) != sorted(grid, reverse=True):

@@ -1,7 +1,9 @@
-"""``python -m proxy.calibration DATA.jsonl --profile NAME``: read, fit, write profile and report.
+"""``python -m proxy calibrate DATA.jsonl --profile NAME``: read, fit, write profile and report.
 
 Three steps, each its own function so tests can run them apart:
 ``read_answers`` (read.py, HTTP), ``fit_profile`` (pure), ``report.write_report`` (files).
+Rerank data (``query``, ``documents``, ``relevant``) takes ``rerank_main`` instead
+(rerank_fit.py).
 
 ``--debias`` fits on debiased reads and compares them with plain ones: ``cyclic``
 and ``contextual`` read every item that way; ``pride`` reads a sample of the
@@ -23,8 +25,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..decision.debias import divided, position_prior
-from ..decision.prompt import PROMPT_FORMAT_VERSION
+from proxy.calibration.profile import (
+    DEFAULT_DIR,
+    KindCalibration,
+    Profile,
+    Threshold,
+    profile_path,
+    save,
+)
+from proxy.decision.debias import divided, position_prior
+from proxy.decision.prompt import PROMPT_FORMAT_VERSION
+
+from ..progress import Bar
 from .dataset import DataError, Item, data_sha256, load_items
 from .fit import (
     EXTRA_METHODS,
@@ -36,9 +48,8 @@ from .fit import (
     assign_roles,
     fit_calibration,
 )
-from .profile import DEFAULT_DIR, KindCalibration, Profile, Threshold, profile_path, save
-from .read import Progress, ReadError, Reading, read_answers, served_model
-from .rerank import fit_rerank, is_rerank, load_rerank_items, read_rerank_scores
+from .read import AnswerError, Reading, read_answers, read_rerank_scores, served_model
+from .rerank_fit import fit_rerank, is_rerank, load_rerank_items
 from .stats import DEFAULT_LEVEL, Interval
 
 __all__ = ["PRIOR_SAMPLE", "MIN_PRIOR_SAMPLE", "Fitted", "build_parser", "fit_profile",
@@ -113,7 +124,7 @@ def prompt_format_of(readings: Sequence[Reading]) -> str:
     """The prompt format version the proxy reported; all answers must agree."""
     versions = {r.prompt_format_version for r in readings if r.prompt_format_version}
     if len(versions) > 1:
-        raise ReadError(f"the proxy answered in several prompt formats: {sorted(versions)}")
+        raise AnswerError(f"the proxy answered in several prompt formats: {sorted(versions)}")
     return versions.pop() if versions else PROMPT_FORMAT_VERSION
 
 
@@ -195,7 +206,7 @@ def fit_profile(
               "calibrated by the profile's maps, those at or above the label-mass floor")
     profile = Profile(
         name=name, model=model, prompt_format_version=prompt_format_version,
-        created=created or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        created=created or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         data_sha256=data_sha256,
         calibration={k: KindCalibration(kf.method, kf.params, kf.n) for k, kf in fit.kinds.items()},
         threshold=Threshold(target_accuracy, chosen.threshold, chosen.coverage, chosen.accuracy,
@@ -218,9 +229,9 @@ def _methods(text: str) -> list[str]:
 
 def _read(items, args, debias: str | None) -> list[Reading]:
     label = f"reading ({debias})" if debias else "reading"
-    bar = Progress(len(items), label)
-    return read_answers(items, args.url, api_key=args.api_key, debias=debias,
-                        concurrency=args.concurrency, progress=bar.update)
+    with Bar(len(items), label, unit="item") as bar:
+        return read_answers(items, args.url, api_key=args.api_key, debias=debias,
+                            concurrency=args.concurrency, progress=bar.update)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -280,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             folds=args.folds, seed=args.seed, methods=methods, debias=args.debias,
             plain=[r.labelled for r in plain] if debiased else None, llama_build=build,
             position_prior=priors, read_scheme=read_scheme_of([*plain, *extra]))
-    except (ValueError, ReadError, OSError) as exc:  # DataError and ProfileError are ValueErrors
+    except (ValueError, AnswerError, OSError) as exc:  # DataError and ProfileError are ValueErrors
         kind = "data" if isinstance(exc, DataError) else "error"
         print(f"calibrate: {kind}: {exc}", file=sys.stderr)
         return 2
@@ -302,18 +313,18 @@ def _rerank_data(paths: Sequence[Path]) -> bool:
 
 
 def rerank_main(args: argparse.Namespace) -> int:
-    """Rerank data: the pointwise scores' map, judged on held-out queries (rerank.py)."""
+    """Rerank data: the pointwise scores' map, judged on held-out queries (rerank_fit.py)."""
     try:
         profile_path(args.profile, args.out_dir)
         items = load_rerank_items(args.data, args.limit)
         model, build = served_model(args.url, args.api_key)
         if args.k < 1:
             raise ValueError("--k must be at least 1")
-        progress = Progress(len(items), "reading")
-        scores, version = read_rerank_scores(items, args.url, api_key=args.api_key,
-                                             progress=progress.update)
+        with Bar(len(items), "reading", unit="query") as bar:
+            scores, version = read_rerank_scores(items, args.url, api_key=args.api_key,
+                                                 progress=bar.update)
         fit = fit_rerank(items, scores, test_share=args.test_share, seed=args.seed, k=args.k)
-    except (ValueError, ReadError, OSError) as exc:
+    except (ValueError, AnswerError, OSError) as exc:
         kind = "data" if isinstance(exc, DataError) else "error"
         print(f"calibrate: {kind}: {exc}", file=sys.stderr)
         return 2
@@ -322,7 +333,7 @@ def rerank_main(args: argparse.Namespace) -> int:
         "k", "ndcg", "mrr", "ndcg_chance", "mrr_chance", "ece_before", "ece_after", "note")}
     profile = Profile(
         name=args.profile, model=model, prompt_format_version=version,
-        created=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        created=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         data_sha256=data_sha256(args.data),
         calibration={"noul": KindCalibration(fit.method, fit.params(), fit.n_fit_pairs)},
         threshold=Threshold(args.target_accuracy, None, 0.0, source=(

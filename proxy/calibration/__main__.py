@@ -1,8 +1,0 @@
-"""``python -m proxy.calibration DATA.jsonl --profile NAME``."""
-
-import sys
-
-from .cli import main
-
-if __name__ == "__main__":
-    sys.exit(main())

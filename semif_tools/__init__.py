@@ -1,0 +1,45 @@
+"""The offline tools: clients of a running proxy, not part of serving.
+
+    python -m proxy calibrate DATA.jsonl --profile NAME   fit a calibration profile
+    python -m proxy batch IN.jsonl OUT.jsonl              answer a file of requests
+
+(``python -m semif_tools calibrate ...`` and ``python -m semif_tools batch ...`` are the
+same commands.) They need the ``tools`` extra: ``pip install 'semif-sidecar[tools]'``
+(``make venv`` installs it). They import ``proxy`` (the profile format, the maps, the
+prompt version); ``proxy`` imports nothing from here but this module, and only when one
+of the two commands is run.
+
+    client.py     the one HTTP client (httpx) and the one retry policy (tenacity)
+    progress.py   the one progress bar (tqdm, on stderr)
+    batch.py      the batch command
+    calibrate/    the calibrate command: reading, fitting, the report (see its __init__)
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["COMMANDS", "EXTRA", "INSTALL", "run"]
+
+# each command's module; it has main(argv) -> exit status
+COMMANDS = {"calibrate": "semif_tools.calibrate.cli", "batch": "semif_tools.batch"}
+# the tools extra (pyproject.toml), by the name each is imported as
+EXTRA = ("httpx", "matplotlib", "tenacity", "tqdm")
+INSTALL = "pip install 'semif-sidecar[tools]'"
+
+
+def run(name: str, argv: Sequence[str]) -> int:
+    """Run the command ``name`` with ``argv``; its module is imported only now. A module of
+    the tools extra that is not installed is said on stderr (exit status 2)."""
+    try:
+        main = importlib.import_module(COMMANDS[name]).main
+        return int(main(list(argv)))
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in EXTRA:
+            raise
+        print(f"{name} needs {missing}, of the tools extra, which is not installed: {INSTALL}",
+              file=sys.stderr)
+        return 2

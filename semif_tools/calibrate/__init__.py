@@ -1,0 +1,15 @@
+"""The ``calibrate`` command: fit a calibration profile on labelled data read through a
+running proxy, and write the profile and its report.
+
+What the proxy serves from a profile (the file format, the maps) is
+``proxy/calibration/profile.py`` and ``transform.py``; everything here only makes one.
+
+    cli.py         python -m proxy calibrate (or python -m semif_tools calibrate)
+    dataset.py     the labelled JSONL format
+    read.py        reading items through a running proxy (the only module that speaks HTTP)
+    scores.py      accuracy, ECE, Brier, NLL, reliability bins, coverage curve
+    stats.py       Clopper-Pearson bounds, bootstrap intervals, fixed-sequence thresholds
+    fit.py         the held-out split, the maps by cross-validation, floor and threshold
+    rerank_fit.py  rerank data: NDCG@k, MRR, the query split, the scores' map
+    report.py      the Markdown report and its two PNGs (matplotlib, Agg)
+"""
