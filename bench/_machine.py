@@ -39,16 +39,21 @@ def _mem_total_gib() -> float:
 def _llama_version(binary: Path) -> str:
     env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
     try:
-        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
-                             env=env, timeout=30)
+        out = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, env=env, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unknown ({exc})"
     return " ".join((out.stdout + out.stderr).split())
 
 
 # scripts/choose.py's candidates, as the one-line stamp names them (bench/report.py)
-_KINDS = {"source": "source", "portable": "portable source", "cuda": "CUDA source",
-          "wheel": "wheel"}
+_KINDS = {
+    "source": "source",
+    "portable": "portable source",
+    "cuda": "CUDA source",
+    "wheel": "wheel",
+}
 
 
 def _build_of_version(version: str) -> str:
@@ -74,7 +79,7 @@ def describe() -> dict:
         build_info = choice.build_info
     model = Path(os.environ.get("MODEL") or ensure_model())
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpu": _cpu_model(),
         "cpu_level": level(read_cpu()),
         "cores": os.cpu_count(),

@@ -29,18 +29,19 @@ def build(upstream: str, body: bytes, path: str = "/completion") -> web.Applicat
     async def session_ctx(app: web.Application):
         async with aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=4.0),
-            cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent",),
         ) as session:
             app[SESSION] = session
             yield
 
     async def decide(request: web.Request) -> web.Response:
         await request.read()
-        async with request.app[SESSION].post(upstream + path, data=body,
-                                             headers=HEADERS) as resp:
+        async with request.app[SESSION].post(upstream + path, data=body, headers=HEADERS) as resp:
             reply = orjson.loads(await resp.read())
-        return web.Response(body=orjson.dumps({"model": reply.get("model")}),
-                            content_type="application/json")
+        return web.Response(
+            body=orjson.dumps({"model": reply.get("model")}), content_type="application/json"
+        )
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -56,9 +57,15 @@ def main() -> None:
     upstream, port = sys.argv[1].rstrip("/"), int(sys.argv[2])
     body = Path(sys.argv[3]).read_bytes()
     path = sys.argv[4] if len(sys.argv) > 4 else "/completion"
-    web.run_app(build(upstream, body, path), host="127.0.0.1", port=port,
-                loop=uvloop.new_event_loop(), access_log=None, handler_cancellation=True,
-                print=None)
+    web.run_app(
+        build(upstream, body, path),
+        host="127.0.0.1",
+        port=port,
+        loop=uvloop.new_event_loop(),
+        access_log=None,
+        handler_cancellation=True,
+        print=None,
+    )
 
 
 if __name__ == "__main__":

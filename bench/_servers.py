@@ -18,13 +18,24 @@ from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.probe import free_port  # noqa: E402
 from scripts.stack import UBATCH, start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
-__all__ = ["free_port", "model_path", "llama_server", "llama_server_process", "proxy",
-           "proxy_process", "bare_relay", "standin_process", "pin", "ROOT"]
+__all__ = [
+    "free_port",
+    "model_path",
+    "llama_server",
+    "llama_server_process",
+    "proxy",
+    "proxy_process",
+    "bare_relay",
+    "standin_process",
+    "pin",
+    "ROOT",
+]
 
 
 @contextlib.contextmanager
-def _serving(start: Callable[[int, IO[bytes]], subprocess.Popen], timeout_s: float
-             ) -> Iterator[tuple[str, subprocess.Popen]]:
+def _serving(
+    start: Callable[[int, IO[bytes]], subprocess.Popen], timeout_s: float
+) -> Iterator[tuple[str, subprocess.Popen]]:
     """Start a server on a free port (its output to a temporary log), wait for its
     /health, yield its URL and process, stop it on the way out."""
     port = free_port()
@@ -43,12 +54,14 @@ def model_path() -> Path:
 
 
 @contextlib.contextmanager
-def llama_server_process(binary: Path | None = None, extra: list[str] | None = None
-                         ) -> Iterator[tuple[str, subprocess.Popen]]:
+def llama_server_process(
+    binary: Path | None = None, extra: list[str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
     binary = binary or Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
     model = model_path()
-    with _serving(lambda port, log: start_llama_server(binary, model, port, extra, log=log),
-                  timeout_s=180) as served:
+    with _serving(
+        lambda port, log: start_llama_server(binary, model, port, extra, log=log), timeout_s=180
+    ) as served:
         yield served
 
 
@@ -60,17 +73,21 @@ def llama_server(binary: Path | None = None, extra: list[str] | None = None) -> 
 
 def pin(pid: int, core: int) -> None:
     """Move every thread of ``pid`` to ``core`` (taskset -a)."""
-    subprocess.run(["taskset", "-a", "-cp", str(core), str(pid)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["taskset", "-a", "-cp", str(core), str(pid)], check=True, stdout=subprocess.DEVNULL
+    )
 
 
 @contextlib.contextmanager
-def proxy_process(upstream_url: str, extra: list[str] | None = None, ubatch: int | None = UBATCH
-                  ) -> Iterator[tuple[str, subprocess.Popen]]:
+def proxy_process(
+    upstream_url: str, extra: list[str] | None = None, ubatch: int | None = UBATCH
+) -> Iterator[tuple[str, subprocess.Popen]]:
     """The proxy's URL and its process (for its PID: RSS, /proc); ``ubatch``: the -ub of
     the llama-server before it (``UBATCH``, as ``llama_server`` starts it; None: unknown)."""
-    with _serving(lambda port, log: start_proxy(port, upstream_url, extra, log=log,
-                                                ubatch=ubatch), timeout_s=30) as served:
+    with _serving(
+        lambda port, log: start_proxy(port, upstream_url, extra, log=log, ubatch=ubatch),
+        timeout_s=30,
+    ) as served:
         if ubatch:
             _settle(served[0])
         yield served
@@ -83,14 +100,21 @@ def _settle(url: str, timeout_s: float = 300) -> None:
 
     import httpx
 
-    httpx.post(url + "/v1/chat/completions", timeout=timeout_s, json={
-        "messages": [{"role": "user", "content": "Hello."}], "semif": {"options": ["a", "b"]}})
+    httpx.post(
+        url + "/v1/chat/completions",
+        timeout=timeout_s,
+        json={
+            "messages": [{"role": "user", "content": "Hello."}],
+            "semif": {"options": ["a", "b"]},
+        },
+    )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         checks = httpx.get(url + "/v1/models", timeout=60).json().get("x_repeatable") or {}
-        if checks and all(c.get("repeatable") is not None
-                          or str(c.get("detail", "")).startswith("not checked")
-                          for c in checks.values()):
+        if checks and all(
+            c.get("repeatable") is not None or str(c.get("detail", "")).startswith("not checked")
+            for c in checks.values()
+        ):
             return
         time.sleep(0.2)
 
@@ -102,9 +126,16 @@ def bare_relay(upstream_url: str, body: bytes) -> Iterator[tuple[str, subprocess
         f.write(body)
         f.flush()
         command = [sys.executable, str(ROOT / "bench" / "_relay.py"), upstream_url]
-        with _serving(lambda port, log: subprocess.Popen(
-                [*command, str(port), f.name], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True), timeout_s=30) as served:
+        with _serving(
+            lambda port, log: subprocess.Popen(
+                [*command, str(port), f.name],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            ),
+            timeout_s=30,
+        ) as served:
             yield served
 
 
@@ -113,9 +144,16 @@ def standin_process(slots: int = 8) -> Iterator[tuple[str, subprocess.Popen]]:
     """tests/standin.py in its own process: llama-server's API answered at once, no model,
     with ``slots`` slots."""
     command = [sys.executable, "-m", "tests.standin"]
-    with _serving(lambda port, log: subprocess.Popen(
-            [*command, str(port), "--tokens", "--slots", str(slots)], cwd=ROOT, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True), timeout_s=30) as served:
+    with _serving(
+        lambda port, log: subprocess.Popen(
+            [*command, str(port), "--tokens", "--slots", str(slots)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ),
+        timeout_s=30,
+    ) as served:
         yield served
 
 

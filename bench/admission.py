@@ -29,8 +29,10 @@ from _machine import describe
 from _servers import llama_server, proxy
 
 CHAT = "/v1/chat/completions"
-SENTENCE = ("Order {n} arrived late, the box was open and one of three items is missing; "
-            "the customer wants the rest refunded or sent again. ")
+SENTENCE = (
+    "Order {n} arrived late, the box was open and one of three items is missing; "
+    "the customer wants the rest refunded or sent again. "
+)
 OPTIONS = {"options": ["billing", "shipping", "technical", "other"]}
 DEADLINE_S = 50.0  # the proxy's default decision deadline
 
@@ -42,19 +44,32 @@ def decision(sentences: int) -> dict:
 
 
 def generation() -> dict:
-    return {"model": "m", "max_tokens": 64, "messages": [
-        {"role": "user", "content": f"Write a short note about parcel {random.randrange(10**6)}."}]}
+    return {
+        "model": "m",
+        "max_tokens": 64,
+        "messages": [
+            {
+                "role": "user",
+                "content": f"Write a short note about parcel {random.randrange(10**6)}.",
+            }
+        ],
+    }
 
 
-async def post(session: aiohttp.ClientSession, url: str, body: dict
-               ) -> tuple[int, float, float | None, str]:
+async def post(
+    session: aiohttp.ClientSession, url: str, body: dict
+) -> tuple[int, float, float | None, str]:
     started = time.perf_counter()
     async with session.post(url + CHAT, json=body) as resp:
         text = await resp.text()
         timing = resp.headers.get("Server-Timing", "")
     found = re.search(r"semif-estimate;dur=(\d+)", timing)
-    return (resp.status, time.perf_counter() - started,
-            int(found.group(1)) / 1000 if found else None, text)
+    return (
+        resp.status,
+        time.perf_counter() - started,
+        int(found.group(1)) / 1000 if found else None,
+        text,
+    )
 
 
 async def accuracy(url: str, requests: int) -> tuple[dict[str, list[float]], Counter]:
@@ -68,9 +83,10 @@ async def accuracy(url: str, requests: int) -> tuple[dict[str, list[float]], Cou
             if status == 200 and estimate is not None:
                 errors["one at a time"].append(abs(estimate - took) / took)
         for i in range(0, requests, 4):
-            done = await asyncio.gather(*(post(session, url, decision(lengths[(i + j) % 5]))
-                                          for j in range(4)))
-            for status, took, estimate, text in done:
+            done = await asyncio.gather(
+                *(post(session, url, decision(lengths[(i + j) % 5])) for j in range(4))
+            )
+            for status, took, estimate, _text in done:
                 statuses[status] += 1
                 if status == 200 and estimate is not None:
                     errors["four at once"].append(abs(estimate - took) / took)
@@ -82,8 +98,9 @@ async def burst(url: str, size: int) -> dict:
     bodies = []
     for i in range(size):
         kind = kinds[i % 3]
-        bodies.append((kind, generation() if kind == "generation"
-                       else decision(2 if kind == "short" else 36)))
+        bodies.append(
+            (kind, generation() if kind == "generation" else decision(2 if kind == "short" else 36))
+        )
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as session:
         started = time.perf_counter()
         answers = await asyncio.gather(*(post(session, url, b) for _, b in bodies))
@@ -95,16 +112,23 @@ async def burst(url: str, size: int) -> dict:
         by_kind[kind][status] += 1
         if status in (400, 429) and kind != "generation":
             refused_s.append(took)
-            found = (re.search(r"finish in about (\d+) s", text)
-                     or re.search(r"about (\d+) s on this server", text))
+            found = re.search(r"finish in about (\d+) s", text) or re.search(
+                r"about (\d+) s on this server", text
+            )
             if found and float(found.group(1)) < DEADLINE_S / 2:
                 early += 1
     decisions = by_kind["short"] + by_kind["long"]
     admitted = sum(n for s, n in decisions.items() if s not in (400, 429))
-    return {"wall_s": wall, "by_kind": by_kind, "admitted": admitted,
-            "timeouts": decisions[504], "answered": sum(c[200] for c in by_kind.values()),
-            "sent": size, "early_refusals": early,
-            "refusal_p50_s": statistics.median(refused_s) if refused_s else None}
+    return {
+        "wall_s": wall,
+        "by_kind": by_kind,
+        "admitted": admitted,
+        "timeouts": decisions[504],
+        "answered": sum(c[200] for c in by_kind.values()),
+        "sent": size,
+        "early_refusals": early,
+        "refusal_p50_s": statistics.median(refused_s) if refused_s else None,
+    }
 
 
 def main() -> None:
@@ -116,10 +140,14 @@ def main() -> None:
         errors, statuses = asyncio.run(accuracy(url, args.requests))
         result = asyncio.run(burst(url, args.burst))
     machine = describe()
-    print(f"{machine['date']} {machine['cpu']} ({machine['cpu_level']}, {machine['cores']} cores), "
-          f"llama-server {machine['llama_build']} {' '.join(machine['llama_server_flags'])}")
-    print("estimate against measured time, median |error| / measured (target <= 25%); "
-          "answers by status: " + ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items())))
+    print(
+        f"{machine['date']} {machine['cpu']} ({machine['cpu_level']}, {machine['cores']} cores), "
+        f"llama-server {machine['llama_build']} {' '.join(machine['llama_server_flags'])}"
+    )
+    print(
+        "estimate against measured time, median |error| / measured (target <= 25%); "
+        "answers by status: " + ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))
+    )
     for name, values in errors.items():
         if values:
             print(f"  {name:14} {statistics.median(values):6.1%}  (n = {len(values)})")
@@ -130,11 +158,15 @@ def main() -> None:
         print(f"  {kind:10} " + ", ".join(f"{s}: {n}" for s, n in sorted(counts.items())))
     admitted = result["admitted"]
     share = result["timeouts"] / admitted if admitted else 0.0
-    print(f"  admitted decisions ending in 504: {result['timeouts']} of {admitted} "
-          f"({share:.1%}; target <= 1%)")
+    print(
+        f"  admitted decisions ending in 504: {result['timeouts']} of {admitted} "
+        f"({share:.1%}; target <= 1%)"
+    )
     print(f"  goodput (200 / sent): {result['answered'] / result['sent']:.1%}")
-    print(f"  refusals with an estimate under half the deadline: {result['early_refusals']} "
-          f"(target 0); refusals answered in {result['refusal_p50_s'] or 0:.3f} s (p50)")
+    print(
+        f"  refusals with an estimate under half the deadline: {result['early_refusals']} "
+        f"(target 0); refusals answered in {result['refusal_p50_s'] or 0:.3f} s (p50)"
+    )
 
 
 if __name__ == "__main__":

@@ -59,15 +59,23 @@ def cpu_s(pid: int) -> float:
 
 
 def children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return [
+        int(c)
+        for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
+    ]
 
 
 @contextlib.contextmanager
 def started(command: list[str], core: int, ready: str) -> Iterator[subprocess.Popen]:
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(["taskset", "-c", str(core), *command], cwd=ROOT, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            ["taskset", "-c", str(core), *command],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             wait_ready(ready, proc, timeout_s=30)
             yield proc
@@ -76,8 +84,12 @@ def started(command: list[str], core: int, ready: str) -> Iterator[subprocess.Po
             proc.wait(30)
 
 
-async def rounds(targets: dict[str, tuple[list[str], bytes, list[int]]], n_rounds: int,
-                 requests: int, concurrency: int) -> dict[str, list[float]]:
+async def rounds(
+    targets: dict[str, tuple[list[str], bytes, list[int]]],
+    n_rounds: int,
+    requests: int,
+    concurrency: int,
+) -> dict[str, list[float]]:
     """Each target's CPU seconds per decision (summed over its processes), one figure per
     round; the order rotates. A target with several URLs gets an equal share of the
     requests and of the concurrency at each."""
@@ -88,12 +100,13 @@ async def rounds(targets: dict[str, tuple[list[str], bytes, list[int]]], n_round
             for url in urls:
                 await run_batch(s, url, body, 50, concurrency)
         for i in range(n_rounds):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 urls, body, pids = targets[name]
                 share = requests // len(urls)
                 before = sum(map(cpu_s, pids))
-                await asyncio.gather(*(run_batch(s, url, body, share, concurrency // len(urls))
-                                       for url in urls))
+                await asyncio.gather(
+                    *(run_batch(s, url, body, share, concurrency // len(urls)) for url in urls)
+                )
                 out[name].append((sum(map(cpu_s, pids)) - before) / (share * len(urls)))
     return out
 
@@ -111,72 +124,117 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
     if args.concurrency < 4 or args.concurrency % 2:
-        parser.error("--concurrency must be even and at least 4: the two relays each get half, "
-                     "and the queued case has 2 slots")
+        parser.error(
+            "--concurrency must be even and at least 4: the two relays each get half, "
+            "and the queued case has 2 slots"
+        )
     if len(os.sched_getaffinity(0)) < 2:
         sys.exit("bench/cpu.py needs two cores: the hop on one, the load on the other")
     os.sched_setaffinity(0, {1})
     py = sys.executable
     standins = {slots: free_port() for slots in (args.concurrency, 2)}
     upstream = {slots: f"http://127.0.0.1:{port}" for slots, port in standins.items()}
-    ports = {name: free_port() for name in ("proxy", "queued", "workers", "relay", "relays",
-                                            "relays2")}
+    ports = {
+        name: free_port() for name in ("proxy", "queued", "workers", "relay", "relays", "relays2")
+    }
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     pids: dict[str, list[int]] = {}
     with contextlib.ExitStack() as stack:
         for slots, port in standins.items():
-            stack.enter_context(started([py, "-m", "tests.standin", str(port), "--tokens",
-                                         "--slots", str(slots)], 1, upstream[slots] + "/health"))
-        for name, slots, extra in (("proxy", args.concurrency, []), ("queued", 2, []),
-                                   ("workers", args.concurrency, ["--workers", "2"])):
-            pids[name] = [stack.enter_context(started(
-                [py, "-m", "proxy", "--port", str(ports[name]), "--upstream-url",
-                 upstream[slots], *extra], 0, url[name] + "/metrics")).pid]
+            stack.enter_context(
+                started(
+                    [py, "-m", "tests.standin", str(port), "--tokens", "--slots", str(slots)],
+                    1,
+                    upstream[slots] + "/health",
+                )
+            )
+        for name, slots, extra in (
+            ("proxy", args.concurrency, []),
+            ("queued", 2, []),
+            ("workers", args.concurrency, ["--workers", "2"]),
+        ):
+            pids[name] = [
+                stack.enter_context(
+                    started(
+                        [
+                            py,
+                            "-m",
+                            "proxy",
+                            "--port",
+                            str(ports[name]),
+                            "--upstream-url",
+                            upstream[slots],
+                            *extra,
+                        ],
+                        0,
+                        url[name] + "/metrics",
+                    )
+                ).pid
+            ]
         body_file = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".json"))
-        body_file.write(completion_body(upstream[args.concurrency],
-                                        asyncio.run(labels(url["proxy"]))))
+        body_file.write(
+            completion_body(upstream[args.concurrency], asyncio.run(labels(url["proxy"])))
+        )
         body_file.flush()
         relay = [py, str(ROOT / "bench" / "_relay.py"), upstream[args.concurrency]]
-        pids["relay"] = [stack.enter_context(started(
-            [*relay, str(ports["relay"]), body_file.name], 0, url["relay"] + "/health")).pid]
-        pids["relays"] = [stack.enter_context(started(
-            [*relay, str(ports[name]), body_file.name], 0, url[name] + "/health")).pid
-            for name in ("relays", "relays2")]
+        pids["relay"] = [
+            stack.enter_context(
+                started([*relay, str(ports["relay"]), body_file.name], 0, url["relay"] + "/health")
+            ).pid
+        ]
+        pids["relays"] = [
+            stack.enter_context(
+                started([*relay, str(ports[name]), body_file.name], 0, url[name] + "/health")
+            ).pid
+            for name in ("relays", "relays2")
+        ]
         workers = children(pids["workers"][0])
         shared = {"workers": workers, "relays": pids["relays"]}
         before = {pid: cpu_s(pid) for pid in workers + pids["relays"]}
-        targets = {name: ([url[name] + PATH], b"{}" if name == "relay" else PROXY_BODY,
-                          pids[name]) for name in ("proxy", "queued", "workers", "relay")}
-        targets["relays"] = ([url["relays"] + PATH, url["relays2"] + PATH], b"{}",
-                             pids["relays"])
+        targets = {
+            name: ([url[name] + PATH], b"{}" if name == "relay" else PROXY_BODY, pids[name])
+            for name in ("proxy", "queued", "workers", "relay")
+        }
+        targets["relays"] = ([url["relays"] + PATH, url["relays2"] + PATH], b"{}", pids["relays"])
         measured = asyncio.run(rounds(targets, args.rounds, args.requests, args.concurrency))
-        shares = {name: [cpu_s(pid) - before[pid] for pid in group]
-                  for name, group in shared.items()}
+        shares = {
+            name: [cpu_s(pid) - before[pid] for pid in group] for name, group in shared.items()
+        }
     print(describe())
-    print(f"{args.rounds} rounds x {args.requests} decisions per target, concurrency "
-          f"{args.concurrency}; hop pinned to core 0, stand-ins and load on core 1; "
-          f"CPU from /proc (tick {TICK_S * 1e3:g} ms)")
+    print(
+        f"{args.rounds} rounds x {args.requests} decisions per target, concurrency "
+        f"{args.concurrency}; hop pinned to core 0, stand-ins and load on core 1; "
+        f"CPU from /proc (tick {TICK_S * 1e3:g} ms)"
+    )
     print(f"  {'':10}{'µs/decision':>14}{'lowest':>10}{'highest':>10}")
     med = {}
     for name, values in measured.items():
         med[name] = statistics.median(values)
-        print(f"  {name:10}{med[name] * 1e6:14.0f}{min(values) * 1e6:10.0f}"
-              f"{max(values) * 1e6:10.0f}")
+        print(
+            f"  {name:10}{med[name] * 1e6:14.0f}{min(values) * 1e6:10.0f}{max(values) * 1e6:10.0f}"
+        )
 
     def ratio(a: str, b: str, label: str) -> float:
         per_round = [x / y for x, y in zip(measured[a], measured[b])]
         middle = statistics.median(per_round)
-        print(f"  {a + '/' + b:15}{middle:7.3f}  (per round {min(per_round):.3f}-"
-              f"{max(per_round):.3f}){label}")
+        print(
+            f"  {a + '/' + b:15}{middle:7.3f}  (per round {min(per_round):.3f}-"
+            f"{max(per_round):.3f}){label}"
+        )
         return middle
 
     ratio("proxy", "relay", "; target <= 1.3")
-    ratio("queued", "proxy", f"; {args.concurrency - 2} of {args.concurrency} waiting for "
-          "one of 2 slots")
+    ratio(
+        "queued",
+        "proxy",
+        f"; {args.concurrency - 2} of {args.concurrency} waiting for one of 2 slots",
+    )
     workers_ratio = ratio("workers", "proxy", "; target <= 1.10")
     relays_ratio = ratio("relays", "relay", "; two bare relays taking turns on one core")
-    print(f"  workers/proxy over relays/relay: {workers_ratio / relays_ratio:.3f}  (what two "
-          "workers cost beyond two processes on one core)")
+    print(
+        f"  workers/proxy over relays/relay: {workers_ratio / relays_ratio:.3f}  (what two "
+        "workers cost beyond two processes on one core)"
+    )
     for name, group in shares.items():
         total = sum(group) or 1.0
         print(f"  {name}' shares of the CPU: " + ", ".join(f"{s / total:.0%}" for s in group))

@@ -52,12 +52,18 @@ from proxy.decision.labels import gbnf_alternatives
 from proxy.decision.prompt import ANSWER_INSTRUCTION, lay_out, options_block
 from proxy.decision.question import choice_question
 
-_SETS = [json.loads(line)["state"]
-         for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()]
+_SETS = [
+    json.loads(line)["state"]
+    for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()
+]
 TICKETS = _SETS
-LONG_TICKETS = [" ".join(_SETS[i:i + 4]) for i in range(0, len(_SETS) - 3, 2)]
-OPTIONS = {"billing": "charges, refunds, invoices", "shipping": "delivery and parcels",
-           "technical": "bugs, crashes, log-in problems", "other": None}
+LONG_TICKETS = [" ".join(_SETS[i : i + 4]) for i in range(0, len(_SETS) - 3, 2)]
+OPTIONS = {
+    "billing": "charges, refunds, invoices",
+    "shipping": "delivery and parcels",
+    "technical": "bugs, crashes, log-in problems",
+    "other": None,
+}
 ROUTER = {
     "billing": "The customer asks about a charge, a refund, an invoice or a payment method.",
     "shipping": "The customer asks where a parcel is, when it arrives or how to return it.",
@@ -66,8 +72,10 @@ ROUTER = {
     "sales": "The customer asks about prices, plans, discounts or buying more of something.",
     "other": "Anything that none of the teams above would handle, including praise and spam.",
 }
-INSTRUCTIONS = ("You route customer support tickets to the one team that should answer them. "
-                "Read the ticket and choose the team.")
+INSTRUCTIONS = (
+    "You route customer support tickets to the one team that should answer them. "
+    "Read the ticket and choose the team."
+)
 
 
 def conversation(number: int, ticket: str) -> list[dict[str, str]]:
@@ -80,40 +88,53 @@ def proxy_body(options: dict, layout: str | None = None, system: str | None = No
     semif = {"options": options, **({"layout": layout} if layout else {})}
     head = [{"role": "system", "content": system}] if system else []
     return lambda number, ticket: orjson.dumps(
-        {"messages": [*head, *conversation(number, ticket)], "semif": semif})
+        {"messages": [*head, *conversation(number, ticket)], "semif": semif}
+    )
 
 
 def _read(messages: list[dict], labels: list[str]) -> bytes:
-    return orjson.dumps({
-        "messages": messages, "max_tokens": 1, "temperature": 0, "logprobs": True,
-        "top_logprobs": max(16, 4 * len(labels)), "grammar": gbnf_alternatives(labels),
-        "cache_prompt": True, "chat_template_kwargs": {"enable_thinking": False},
-    })
+    return orjson.dumps(
+        {
+            "messages": messages,
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": max(16, 4 * len(labels)),
+            "grammar": gbnf_alternatives(labels),
+            "cache_prompt": True,
+            "chat_template_kwargs": {"enable_thinking": False},
+        }
+    )
 
 
 def chat_body(options: dict, labels: list[str], layout: str, instructions: str | None = None):
     """The chat-endpoint read of the prompt text the proxy builds in ``layout``."""
     block = options_block(choice_question(options, instructions=instructions), labels)
-    return lambda number, ticket: _read(lay_out(conversation(number, ticket), block, layout),
-                                        labels)
+    return lambda number, ticket: _read(
+        lay_out(conversation(number, ticket), block, layout), labels
+    )
 
 
 def by_hand_body(options: dict, labels: list[str]):
     """What a user would write: the classifier in a system turn, the ticket as the user."""
-    lines = "\n".join(f"{label}: {name} - {desc}" for label, (name, desc)
-                      in zip(labels, options.items()))
+    lines = "\n".join(
+        f"{label}: {name} - {desc}" for label, (name, desc) in zip(labels, options.items())
+    )
     system = f"{INSTRUCTIONS}\n\nTeams:\n{lines}\n\n{ANSWER_INSTRUCTION}"
     return lambda number, ticket: _read(
-        [{"role": "system", "content": system}, *conversation(number, ticket)], labels)
+        [{"role": "system", "content": system}, *conversation(number, ticket)], labels
+    )
 
 
 def one_token_body(llama_url: str):
     """A one-token read: a prompt llama-server's slot already holds, read again."""
     with httpx.Client(base_url=llama_url, timeout=60) as client:
-        tokens = client.post("/tokenize", json={"content": "Ticket: " + TICKETS[0],
-                                                "add_special": True}).json()["tokens"]
-    body = orjson.dumps({"prompt": tokens, "n_predict": 1, "temperature": 0, "n_probs": 16,
-                         "cache_prompt": True})
+        tokens = client.post(
+            "/tokenize", json={"content": "Ticket: " + TICKETS[0], "add_special": True}
+        ).json()["tokens"]
+    body = orjson.dumps(
+        {"prompt": tokens, "n_predict": 1, "temperature": 0, "n_probs": 16, "cache_prompt": True}
+    )
     return lambda number, ticket: body
 
 
@@ -143,44 +164,59 @@ def report(results: dict[int, dict[str, list]], budgets) -> None:
         rows = {}
         for name, rounds in measured.items():
             latencies = [t for lat, _ in rounds for t in lat]
-            rows[name] = (statistics.median(latencies) * 1e3,
-                          len(latencies) / sum(wall for _, wall in rounds))
+            rows[name] = (
+                statistics.median(latencies) * 1e3,
+                len(latencies) / sum(wall for _, wall in rounds),
+            )
             print(f"  {name:10}{rows[name][0]:10.1f}{rows[name][1]:10.2f}")
-        per_round = {name: [(statistics.median(lat) * 1e3, len(lat) / wall)
-                            for lat, wall in rounds] for name, rounds in measured.items()}
+        per_round = {
+            name: [(statistics.median(lat) * 1e3, len(lat) / wall) for lat, wall in rounds]
+            for name, rounds in measured.items()
+        }
         for other in (n for n in measured if n not in ("proxy", "one-token")):
             for k, what in ((0, "p50"), (1, "throughput")):
                 ratios = [p[k] / c[k] for p, c in zip(per_round["proxy"], per_round[other])]
-                print(f"  proxy/{other} {what}: {rows['proxy'][k] / rows[other][k]:.3f} "
-                      f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+                print(
+                    f"  proxy/{other} {what}: {rows['proxy'][k] / rows[other][k]:.3f} "
+                    f"(rounds {min(ratios):.3f}-{max(ratios):.3f})"
+                )
         for line in budgets(rows, concurrency):
             print("  " + line)
 
 
 def _fresh_budgets(rows, concurrency):
     (proxy, proxy_rps), (chat, chat_rps), (one, _) = rows["proxy"], rows["chat"], rows["one-token"]
-    yield (f"budget p50: proxy - chat = {proxy - chat:.1f} ms, at most one-token + 2 = "
-           f"{one + 2:.1f} ms: {'holds' if proxy - chat <= one + 2 else 'MISSED'}")
-    yield (f"budget throughput: {proxy_rps / chat_rps:.3f} of chat, at least 0.95: "
-           f"{'holds' if proxy_rps >= 0.95 * chat_rps else 'MISSED'}")
+    yield (
+        f"budget p50: proxy - chat = {proxy - chat:.1f} ms, at most one-token + 2 = "
+        f"{one + 2:.1f} ms: {'holds' if proxy - chat <= one + 2 else 'MISSED'}"
+    )
+    yield (
+        f"budget throughput: {proxy_rps / chat_rps:.3f} of chat, at least 0.95: "
+        f"{'holds' if proxy_rps >= 0.95 * chat_rps else 'MISSED'}"
+    )
 
 
 def _routing_budgets(rows, concurrency):
     (proxy, proxy_rps), (chat, chat_rps) = rows["proxy"], rows["chat"]
     (hand, _), (one, _) = rows["by-hand"], rows["one-token"]
     faster, rate = chat / proxy, proxy_rps / chat_rps
-    yield (f"budget: {faster:.2f}x faster than chat at p50 and {rate:.2f}x in throughput, "
-           f"at least 1.5x: {'holds' if min(faster, rate) >= 1.5 else 'MISSED'}")
-    yield (f"budget: proxy p50 {proxy:.1f} ms, at most by-hand + one-token = "
-           f"{hand + one:.1f} ms: {'holds' if proxy <= hand + one else 'MISSED'}")
+    yield (
+        f"budget: {faster:.2f}x faster than chat at p50 and {rate:.2f}x in throughput, "
+        f"at least 1.5x: {'holds' if min(faster, rate) >= 1.5 else 'MISSED'}"
+    )
+    yield (
+        f"budget: proxy p50 {proxy:.1f} ms, at most by-hand + one-token = "
+        f"{hand + one:.1f} ms: {'holds' if proxy <= hand + one else 'MISSED'}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--routing", action="store_true", help="the ticket-router workload")
-    parser.add_argument("--tickets", type=int, default=0,
-                        help="the first N tickets per round (default: all)")
+    parser.add_argument(
+        "--tickets", type=int, default=0, help="the first N tickets per round (default: all)"
+    )
     args = parser.parse_args()
     numbers = itertools.count(1000)
     with llama_server_process() as (llama_url, _), proxy_process(llama_url) as (proxy_url, _):
@@ -188,24 +224,31 @@ def main() -> None:
             tickets, ask = LONG_TICKETS, proxy_body(ROUTER, "options_first", INSTRUCTIONS)
             # the conventional layout: the instructions and options after the ticket
             labels = asyncio.run(labels_of(proxy_url, ask(1, tickets[0])))
-            targets = {"proxy": (proxy_url + PATH, ask),
-                       "chat": (llama_url + PATH, chat_body(ROUTER, labels,
-                                                            "conversation_first",
-                                                            INSTRUCTIONS)),
-                       "by-hand": (llama_url + PATH, by_hand_body(ROUTER, labels))}
+            targets = {
+                "proxy": (proxy_url + PATH, ask),
+                "chat": (
+                    llama_url + PATH,
+                    chat_body(ROUTER, labels, "conversation_first", INSTRUCTIONS),
+                ),
+                "by-hand": (llama_url + PATH, by_hand_body(ROUTER, labels)),
+            }
         else:
             tickets, ask = TICKETS, proxy_body(OPTIONS)
             labels = asyncio.run(labels_of(proxy_url, ask(1, tickets[0])))
-            targets = {"proxy": (proxy_url + PATH, ask),
-                       "chat": (llama_url + PATH, chat_body(OPTIONS, labels,
-                                                            "conversation_first"))}
+            targets = {
+                "proxy": (proxy_url + PATH, ask),
+                "chat": (llama_url + PATH, chat_body(OPTIONS, labels, "conversation_first")),
+            }
         targets["one-token"] = (llama_url + "/completion", one_token_body(llama_url))
-        tickets = tickets[:args.tickets or None]
-        results = {c: asyncio.run(measure(targets, tickets, args.rounds, c, numbers))
-                   for c in (1, 8)}
+        tickets = tickets[: args.tickets or None]
+        results = {
+            c: asyncio.run(measure(targets, tickets, args.rounds, c, numbers)) for c in (1, 8)
+        }
     print(describe())
-    print(f"{args.rounds} rounds x {len(tickets)} new conversations per target"
-          + (" (the routing workload)" if args.routing else ""))
+    print(
+        f"{args.rounds} rounds x {len(tickets)} new conversations per target"
+        + (" (the routing workload)" if args.routing else "")
+    )
     report(results, _routing_budgets if args.routing else _fresh_budgets)
 
 

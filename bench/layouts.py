@@ -35,10 +35,12 @@ def chat_body(item: Item, layout: str) -> dict:
     semif = {"type": question["type"], "layout": layout}
     if question.get("criteria") is not None:
         semif["options"] = question["criteria"]
-    head = ([{"role": "system", "content": question["instructions"]}]
-            if question.get("instructions") else [])
-    return {"messages": [*head, {"role": "user", "content": item.body["state"]}],
-            "semif": semif}
+    head = (
+        [{"role": "system", "content": question["instructions"]}]
+        if question.get("instructions")
+        else []
+    )
+    return {"messages": [*head, {"role": "user", "content": item.body["state"]}], "semif": semif}
 
 
 def ask(client: httpx.Client, url: str, item: Item, layout: str) -> dict:
@@ -49,9 +51,12 @@ def ask(client: httpx.Client, url: str, item: Item, layout: str) -> dict:
     body = resp.json()
     answer, usage = body["semif"], body["usage"]
     probs = answer["probabilities"]
-    return {"probs": [float(probs[name]) for name in item.names], "mass": answer["label_mass"],
-            "seconds": took,
-            "evaluated": usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"]}
+    return {
+        "probs": [float(probs[name]) for name in item.names],
+        "mass": answer["label_mass"],
+        "seconds": took,
+        "evaluated": usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"],
+    }
 
 
 def summarise(items: list[Item], reads: list[dict]) -> dict[str, object]:
@@ -61,13 +66,16 @@ def summarise(items: list[Item], reads: list[dict]) -> dict[str, object]:
     def on(statistic):
         return lambda idx: statistic([probs[i] for i in idx], [golds[i] for i in idx])
 
-    mass = bootstrap_interval(lambda idx: statistics.fmean(reads[i]["mass"] for i in idx),
-                              len(reads))
-    return {"accuracy": bootstrap_interval(on(accuracy), len(reads)),
-            "ece": bootstrap_interval(on(expected_calibration_error), len(reads)),
-            "label mass": mass,
-            "p50 ms": statistics.median(r["seconds"] for r in reads) * 1e3,
-            "evaluated": statistics.fmean(r["evaluated"] for r in reads)}
+    mass = bootstrap_interval(
+        lambda idx: statistics.fmean(reads[i]["mass"] for i in idx), len(reads)
+    )
+    return {
+        "accuracy": bootstrap_interval(on(accuracy), len(reads)),
+        "ece": bootstrap_interval(on(expected_calibration_error), len(reads)),
+        "label mass": mass,
+        "p50 ms": statistics.median(r["seconds"] for r in reads) * 1e3,
+        "evaluated": statistics.fmean(r["evaluated"] for r in reads),
+    }
 
 
 def main() -> None:
@@ -77,10 +85,9 @@ def main() -> None:
     paths = sorted((ROOT / "tests" / "data").glob("*.jsonl"))
     items = [item for path in paths for item in load_items([path], args.per_file)]
     reads: dict[str, list[dict]] = {layout: [] for layout in LAYOUTS}
-    with llama_server() as llama_url, proxy(llama_url) as url, \
-            httpx.Client(timeout=300) as client:
+    with llama_server() as llama_url, proxy(llama_url) as url, httpx.Client(timeout=300) as client:
         for i, item in enumerate(items):
-            for layout in (LAYOUTS if i % 2 == 0 else LAYOUTS[::-1]):
+            for layout in LAYOUTS if i % 2 == 0 else LAYOUTS[::-1]:
                 reads[layout].append(ask(client, url, item, layout))
     print(command_line())
     print(describe())
@@ -89,9 +96,13 @@ def main() -> None:
         s = summarise(items, done)
         figures = "; ".join(
             f"{name} {iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
-            for name, iv in s.items() if hasattr(iv, "low"))
-        print(f"  {layout:19} {figures}; p50 {s['p50 ms']:.0f} ms; "
-              f"{s['evaluated']:.0f} tokens evaluated per request (n = {len(done)})")
+            for name, iv in s.items()
+            if hasattr(iv, "low")
+        )
+        print(
+            f"  {layout:19} {figures}; p50 {s['p50 ms']:.0f} ms; "
+            f"{s['evaluated']:.0f} tokens evaluated per request (n = {len(done)})"
+        )
 
 
 if __name__ == "__main__":

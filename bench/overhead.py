@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import random
 import statistics
 import time
@@ -49,8 +50,6 @@ from collections.abc import Iterable
 import aiohttp
 import httpx
 import orjson
-import os
-
 from _servers import bare_relay, llama_server_process, pin, proxy_process, standin_process
 
 from proxy.config import Settings
@@ -60,8 +59,12 @@ from proxy.decision.question import choice_question
 from proxy.service import read_widths
 
 MESSAGES = [{"role": "user", "content": "Ticket: I was charged twice for one order."}]
-OPTIONS = {"billing": "charges, refunds, invoices", "shipping": "delivery and parcels",
-           "technical": "bugs, crashes, log-in problems", "other": None}
+OPTIONS = {
+    "billing": "charges, refunds, invoices",
+    "shipping": "delivery and parcels",
+    "technical": "bugs, crashes, log-in problems",
+    "other": None,
+}
 PROXY_BODY = orjson.dumps({"messages": MESSAGES, "semif": {"options": OPTIONS}})
 PATH = "/v1/chat/completions"
 
@@ -70,32 +73,45 @@ def prompt_tokens(llama_url: str, labels: list[str]) -> list[int]:
     """The decision's prompt as llama-server's chat endpoint tokenises it."""
     messages = append_to_conversation(MESSAGES, options_block(choice_question(OPTIONS), labels))
     with httpx.Client(base_url=llama_url, timeout=60) as client:
-        text = client.post("/apply-template", json={
-            "messages": messages, "chat_template_kwargs": {"enable_thinking": False}}).json()
-        return client.post("/tokenize", json={"content": text["prompt"],
-                                              "add_special": True}).json()["tokens"]
+        text = client.post(
+            "/apply-template",
+            json={"messages": messages, "chat_template_kwargs": {"enable_thinking": False}},
+        ).json()
+        return client.post(
+            "/tokenize", json={"content": text["prompt"], "add_special": True}
+        ).json()["tokens"]
 
 
 def completion_body(llama_url: str, labels: list[str]) -> bytes:
     """The proxy's read of this decision once the prompt is in the slot's cache."""
-    return orjson.dumps({
-        "prompt": prompt_tokens(llama_url, labels), "id_slot": 0, "cache_prompt": True,
-        "n_predict": 1, "temperature": 0,
-        "n_probs": read_widths(Settings().n_probs, len(labels), None)[0],
-        "grammar": gbnf_alternatives(labels),
-    })
+    return orjson.dumps(
+        {
+            "prompt": prompt_tokens(llama_url, labels),
+            "id_slot": 0,
+            "cache_prompt": True,
+            "n_predict": 1,
+            "temperature": 0,
+            "n_probs": read_widths(Settings().n_probs, len(labels), None)[0],
+            "grammar": gbnf_alternatives(labels),
+        }
+    )
 
 
 def direct_body(labels: list[str], messages: list[dict] = MESSAGES) -> bytes:
     """Exactly the one-token read the proxy sends for this decision (about ``messages``)."""
     question = choice_question(OPTIONS)
-    return orjson.dumps({
-        "messages": append_to_conversation(messages, options_block(question, labels)),
-        "max_tokens": 1, "temperature": 0, "logprobs": True,
-        "top_logprobs": read_widths(Settings().n_probs, len(labels), None)[0],
-        "grammar": gbnf_alternatives(labels), "cache_prompt": True,
-        "chat_template_kwargs": {"enable_thinking": False},
-    })
+    return orjson.dumps(
+        {
+            "messages": append_to_conversation(messages, options_block(question, labels)),
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": read_widths(Settings().n_probs, len(labels), None)[0],
+            "grammar": gbnf_alternatives(labels),
+            "cache_prompt": True,
+            "chat_template_kwargs": {"enable_thinking": False},
+        }
+    )
 
 
 async def run_batch(session, url, body, n, concurrency, pause_s=0.0) -> tuple[list[float], float]:
@@ -103,8 +119,9 @@ async def run_batch(session, url, body, n, concurrency, pause_s=0.0) -> tuple[li
     return await send_all(session, url, itertools.repeat(body, n), concurrency, pause_s)
 
 
-async def send_all(session, url, bodies: Iterable[bytes], concurrency: int, pause_s: float = 0.0
-                   ) -> tuple[list[float], float]:
+async def send_all(
+    session, url, bodies: Iterable[bytes], concurrency: int, pause_s: float = 0.0
+) -> tuple[list[float], float]:
     """``bodies`` sent in turn by ``concurrency`` clients: (latencies, wall time)."""
     latencies: list[float] = []
     queue = iter(bodies)
@@ -114,7 +131,9 @@ async def send_all(session, url, bodies: Iterable[bytes], concurrency: int, paus
             if pause_s:
                 await asyncio.sleep(pause_s)  # a client's own time between requests
             t0 = time.perf_counter()
-            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            async with session.post(
+                url, data=body, headers={"Content-Type": "application/json"}
+            ) as r:
                 await r.read()
                 assert r.status == 200, r.status
             latencies.append(time.perf_counter() - t0)
@@ -127,11 +146,15 @@ async def send_all(session, url, bodies: Iterable[bytes], concurrency: int, paus
 def rotated(items: list, i: int) -> list:
     """``items`` started at position ``i`` (wrapping): round ``i``'s order, so that no
     target always comes first."""
-    return items[i % len(items):] + items[:i % len(items)]
+    return items[i % len(items) :] + items[: i % len(items)]
 
 
 def pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else values[0]
+    )
 
 
 async def decision_labels(proxy_url: str) -> list[str]:
@@ -154,7 +177,8 @@ async def measure(targets, requests, rounds, concurrency, pause_s=0.0):
             for name in rotated(names, i):
                 url, body = targets[name]
                 results[name].append(
-                    await run_batch(session, url, body, per_round, concurrency, pause_s))
+                    await run_batch(session, url, body, per_round, concurrency, pause_s)
+                )
     return results
 
 
@@ -165,16 +189,18 @@ def figures(rounds: list[tuple[list[float], float]]) -> tuple[float, float, floa
     return pct(latencies, 50) * 1e3, pct(latencies, 99) * 1e3, len(latencies) / wall
 
 
-def intervals(results, name: str, starts: int, resamples: int = 1000
-              ) -> list[tuple[float, float]]:
+def intervals(results, name: str, starts: int, resamples: int = 1000) -> list[tuple[float, float]]:
     """95% intervals of ``name``'s p50, p99 and throughput ratios to direct: each
     start's rounds resampled with replacement, the same rounds for both targets."""
     rng = random.Random(0)
     per_start = len(results[name]) // starts
     ratios = []
     for _ in range(resamples):
-        picks = [start * per_start + rng.randrange(per_start)
-                 for start in range(starts) for _ in range(per_start)]
+        picks = [
+            start * per_start + rng.randrange(per_start)
+            for start in range(starts)
+            for _ in range(per_start)
+        ]
         mine = figures([results[name][i] for i in picks])
         direct = figures([results["direct"][i] for i in picks])
         ratios.append([m / d for m, d in zip(mine, direct)])
@@ -185,70 +211,112 @@ def intervals(results, name: str, starts: int, resamples: int = 1000
 def report(concurrency, results, starts: int) -> None:
     rows = {name: figures(rounds) for name, rounds in results.items()}
     per_start = len(results["direct"]) // starts
-    by_start = [{name: figures(rounds[i * per_start:(i + 1) * per_start])
-                 for name, rounds in results.items()} for i in range(starts)]
-    print(f"\nconcurrency {concurrency}, {sum(len(lat) for lat, _ in results['direct'])} "
-          "requests per target")
+    by_start = [
+        {
+            name: figures(rounds[i * per_start : (i + 1) * per_start])
+            for name, rounds in results.items()
+        }
+        for i in range(starts)
+    ]
+    print(
+        f"\nconcurrency {concurrency}, {sum(len(lat) for lat, _ in results['direct'])} "
+        "requests per target"
+    )
     print(f"  {'':8}{'p50 ms':>14}{'p99 ms':>14}{'req/s':>14}")
     for name, (p50, p99, thr) in rows.items():
         print(f"  {name:8}{p50:14.2f}{p99:14.2f}{thr:14.1f}")
     direct = rows["direct"]
     if "chat" in rows:
-        print(f"  the proxy adds {rows['proxy'][0] - direct[0]:.2f} ms at p50 to the direct "
-              f"/completion read, {rows['proxy'][0] - rows['chat'][0]:.2f} ms to the same read "
-              "through llama-server's chat endpoint")
+        print(
+            f"  the proxy adds {rows['proxy'][0] - direct[0]:.2f} ms at p50 to the direct "
+            f"/completion read, {rows['proxy'][0] - rows['chat'][0]:.2f} ms to the same read "
+            "through llama-server's chat endpoint"
+        )
     for name in [n for n in rows if n != "direct"]:
         ratios = [mine / d for mine, d in zip(rows[name], direct)]
         print(f"  {name + '/':8}" + "".join(f"{r:14.3f}" for r in ratios) + "   ratio to direct")
-        print(f"  {'':8}" + "".join(f"{f'{lo:.3f}-{hi:.3f}':>14}" for lo, hi in
-                                     intervals(results, name, starts)) + "   95% interval, rounds")
+        print(
+            f"  {'':8}"
+            + "".join(f"{f'{lo:.3f}-{hi:.3f}':>14}" for lo, hi in intervals(results, name, starts))
+            + "   95% interval, rounds"
+        )
         if starts > 1:
             spans = [[row[name][k] / row["direct"][k] for row in by_start] for k in range(3)]
-            print(f"  {'':8}" + "".join(f"{f'{min(v):.3f}-{max(v):.3f}':>14}" for v in spans)
-                  + "   lowest-highest of the starts")
+            print(
+                f"  {'':8}"
+                + "".join(f"{f'{min(v):.3f}-{max(v):.3f}':>14}" for v in spans)
+                + "   lowest-highest of the starts"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=3, help="fresh starts of every server")
-    parser.add_argument("--requests", type=int, default=1800,
-                        help="per target and concurrency, over all starts")
+    parser.add_argument(
+        "--requests", type=int, default=1800, help="per target and concurrency, over all starts"
+    )
     parser.add_argument("--rounds", type=int, default=12, help="interleaved rounds per start")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
-    parser.add_argument("--pin", action="store_true",
-                        help="llama-server on core 1, the proxy, relay and client on core 0")
-    parser.add_argument("--standin", action="store_true",
-                        help="the zero-latency stand-in upstream instead of llama-server")
-    parser.add_argument("--pause-ms", type=float, default=0.0,
-                        help="each client's idle time before each request (default: none; "
-                        "the event loop's timers round it up to whole milliseconds)")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="llama-server on core 1, the proxy, relay and client on core 0",
+    )
+    parser.add_argument(
+        "--standin",
+        action="store_true",
+        help="the zero-latency stand-in upstream instead of llama-server",
+    )
+    parser.add_argument(
+        "--pause-ms",
+        type=float,
+        default=0.0,
+        help="each client's idle time before each request (default: none; "
+        "the event loop's timers round it up to whole milliseconds)",
+    )
     args = parser.parse_args()
     if args.standin and args.llama_args:
         parser.error("--llama-args: the stand-in is not llama-server")
     results: dict[int, dict[str, list]] = {1: {}, 8: {}}
     for _ in range(args.starts):
-        for concurrency, rounds in once(args.llama_args.split(), args.requests // args.starts,
-                                        args.rounds, args.pause_ms / 1e3, args.pin,
-                                        args.standin).items():
+        for concurrency, rounds in once(
+            args.llama_args.split(),
+            args.requests // args.starts,
+            args.rounds,
+            args.pause_ms / 1e3,
+            args.pin,
+            args.standin,
+        ).items():
             for name, measured in rounds.items():
                 results[concurrency].setdefault(name, []).extend(measured)
-    print(f"{args.starts} starts x {args.rounds} rounds, "
-          f"{args.pause_ms:g} ms pause before each request"
-          + (f"; {'the stand-in' if args.standin else 'llama-server'} pinned to core 1, the rest "
-             "to core 0" if args.pin else "")
-          + ("; upstream: the zero-latency stand-in, no model" if args.standin else ""))
+    print(
+        f"{args.starts} starts x {args.rounds} rounds, "
+        f"{args.pause_ms:g} ms pause before each request"
+        + (
+            f"; {'the stand-in' if args.standin else 'llama-server'} pinned to core 1, the rest "
+            "to core 0"
+            if args.pin
+            else ""
+        )
+        + ("; upstream: the zero-latency stand-in, no model" if args.standin else "")
+    )
     for concurrency, rounds in results.items():
         report(concurrency, rounds, args.starts)
 
 
-def once(llama_args: list[str], requests: int, rounds: int, pause_s: float, pinned: bool = False,
-         standin: bool = False) -> dict[int, dict[str, list]]:
+def once(
+    llama_args: list[str],
+    requests: int,
+    rounds: int,
+    pause_s: float,
+    pinned: bool = False,
+    standin: bool = False,
+) -> dict[int, dict[str, list]]:
     """Every target's rounds at concurrency 1 and 8, on servers started for this."""
     if pinned:
         llama_args = [*llama_args, "-t", "1", "-tb", "1"]
     upstream = standin_process() if standin else llama_server_process(extra=llama_args)
-    with upstream as (llama_url, llama), \
-            proxy_process(llama_url) as (proxy_url, hop):
+    with upstream as (llama_url, llama), proxy_process(llama_url) as (proxy_url, hop):
         labels = asyncio.run(decision_labels(proxy_url))
         direct = completion_body(llama_url, labels)
         with bare_relay(llama_url, direct) as (relay_url, relay):
@@ -256,12 +324,16 @@ def once(llama_args: list[str], requests: int, rounds: int, pause_s: float, pinn
                 pin(llama.pid, 1)
                 for pid in (hop.pid, relay.pid, os.getpid()):
                     pin(pid, 0)
-            targets = {"proxy": (proxy_url + PATH, PROXY_BODY), "relay": (relay_url + PATH, b"{}"),
-                       "chat": (llama_url + PATH, direct_body(labels)),
-                       "direct": (llama_url + "/completion", direct)}
-            return {concurrency: asyncio.run(measure(targets, requests, rounds, concurrency,
-                                                     pause_s))
-                    for concurrency in (1, 8)}
+            targets = {
+                "proxy": (proxy_url + PATH, PROXY_BODY),
+                "relay": (relay_url + PATH, b"{}"),
+                "chat": (llama_url + PATH, direct_body(labels)),
+                "direct": (llama_url + "/completion", direct),
+            }
+            return {
+                concurrency: asyncio.run(measure(targets, requests, rounds, concurrency, pause_s))
+                for concurrency in (1, 8)
+            }
 
 
 if __name__ == "__main__":

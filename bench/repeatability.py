@@ -41,25 +41,35 @@ from _machine import command_line, describe
 from _servers import ROOT, llama_server, proxy
 
 DATA = ROOT / "tests" / "data"
-WORDS = ("the parcel arrived late and the box was damaged so I want a refund for order "
-         "number 1182 which I paid twice with my card last week").split()
+WORDS = (
+    "the parcel arrived late and the box was damaged so I want a refund for order "
+    "number 1182 which I paid twice with my card last week"
+).split()
 
 
 def items(per_file: int | None = None) -> list[dict]:
-    return [json.loads(line) for path in sorted(DATA.glob("*.jsonl"))
-            for line in [x for x in path.read_text().splitlines() if x.strip()][:per_file]]
+    return [
+        json.loads(line)
+        for path in sorted(DATA.glob("*.jsonl"))
+        for line in [x for x in path.read_text().splitlines() if x.strip()][:per_file]
+    ]
 
 
 def probabilities(answers: dict) -> dict[str, dict[str, float]]:
-    return {qid: a.get("probabilities") or {"yes": a["noul"], "no": 1 - a["noul"]}
-            for qid, a in answers.items()}
+    return {
+        qid: a.get("probabilities") or {"yes": a["noul"], "no": 1 - a["noul"]}
+        for qid, a in answers.items()
+    }
 
 
 async def ask(client: httpx.AsyncClient, url: str, item: dict) -> dict:
     """The item's answers; a 429 is retried after its Retry-After, as a client should."""
     while True:
-        resp = await client.post(url + "/v1/systemone", timeout=300,
-                                 json={"state": item["state"], "questions": item["questions"]})
+        resp = await client.post(
+            url + "/v1/systemone",
+            timeout=300,
+            json={"state": item["state"], "questions": item["questions"]},
+        )
         if resp.status_code != 429:
             break
         await asyncio.sleep(float(resp.headers.get("Retry-After", "1")))
@@ -95,13 +105,23 @@ async def under_load(url: str, data: list[dict], load: int, mixed: bool) -> list
                 if stop.is_set():
                     return
                 if mixed and k % 2:
-                    await client.post(url + "/v1/chat/completions", timeout=300, json={
-                        "messages": [{"role": "user", "content": f"Say hello to client {i}."}],
-                        "max_tokens": 4})
+                    await client.post(
+                        url + "/v1/chat/completions",
+                        timeout=300,
+                        json={
+                            "messages": [{"role": "user", "content": f"Say hello to client {i}."}],
+                            "max_tokens": 4,
+                        },
+                    )
                 else:
-                    await ask(client, url, {"state": f"Background ticket {i}-{k}: " +
-                                            " ".join(WORDS[k % 7:]),
-                                            "questions": data[k % len(data)]["questions"]})
+                    await ask(
+                        client,
+                        url,
+                        {
+                            "state": f"Background ticket {i}-{k}: " + " ".join(WORDS[k % 7 :]),
+                            "questions": data[k % len(data)]["questions"],
+                        },
+                    )
 
     background = [asyncio.create_task(other_traffic(i)) for i in range(load)]
     try:
@@ -112,11 +132,18 @@ async def under_load(url: str, data: list[dict], load: int, mixed: bool) -> list
 
 
 def read(url: str, prompt, cache: bool, slot: int = 0) -> dict[int, float]:
-    body = {"prompt": prompt, "n_predict": 1, "n_probs": 10, "temperature": 0,
-            "cache_prompt": cache, "id_slot": slot}
+    body = {
+        "prompt": prompt,
+        "n_predict": 1,
+        "n_probs": 10,
+        "temperature": 0,
+        "cache_prompt": cache,
+        "id_slot": slot,
+    }
     out = httpx.post(url + "/completion", json=body, timeout=300).json()
-    return {t["id"]: math.exp(t["logprob"])
-            for t in out["completion_probabilities"][0]["top_logprobs"]}
+    return {
+        t["id"]: math.exp(t["logprob"]) for t in out["completion_probabilities"][0]["top_logprobs"]
+    }
 
 
 def dp(a: dict[int, float], b: dict[int, float]) -> float:
@@ -125,10 +152,14 @@ def dp(a: dict[int, float], b: dict[int, float]) -> float:
 
 def mechanism(llama_args: list[str]) -> None:
     suffixes = (1, 2, 7, 63, 64)
-    print(f"llama-server flags: {' '.join(llama_args) or '(defaults)'}; largest |dp| against "
-          "the cold read (top 10 tokens)")
-    print(f"  {'tokens':>7}{'cold again':>12}{'warm':>10}" +
-          "".join(f"{f'+{k} chunk':>12}" for k in suffixes))
+    print(
+        f"llama-server flags: {' '.join(llama_args) or '(defaults)'}; largest |dp| against "
+        "the cold read (top 10 tokens)"
+    )
+    print(
+        f"  {'tokens':>7}{'cold again':>12}{'warm':>10}"
+        + "".join(f"{f'+{k} chunk':>12}" for k in suffixes)
+    )
     with llama_server(extra=llama_args) as url:
         for words in (40, 80, 150, 300, 600):
             text = " ".join(itertools.islice(itertools.cycle(WORDS), words)) + "\nAnswer:"
@@ -148,18 +179,25 @@ def mechanism(llama_args: list[str]) -> None:
                 erase()
                 read(url, tokens[:-k], True)
                 chunks.append(read(url, tokens, True))
-            print(f"  {len(tokens):7d}{dp(cold, again):12.1e}{dp(cold, warm):10.1e}" +
-                  "".join(f"{dp(cold, c):12.1e}" if c else f"{'-':>12}" for c in chunks))
+            print(
+                f"  {len(tokens):7d}{dp(cold, again):12.1e}{dp(cold, warm):10.1e}"
+                + "".join(f"{dp(cold, c):12.1e}" if c else f"{'-':>12}" for c in chunks)
+            )
 
 
 def _evaluate(url: str, tokens, cache: bool, slot: int) -> None:
-    httpx.post(url + "/completion", timeout=300, json={
-        "prompt": tokens, "n_predict": 0, "cache_prompt": cache, "id_slot": slot})
+    httpx.post(
+        url + "/completion",
+        timeout=300,
+        json={"prompt": tokens, "n_predict": 0, "cache_prompt": cache, "id_slot": slot},
+    )
 
 
 def cuts(llama_args: list[str]) -> None:
-    print(f"llama-server flags: {' '.join(llama_args) or '(as make run)'}; cuts whose read "
-          "differs from the uncut one, bit for bit (the top 10 tokens)")
+    print(
+        f"llama-server flags: {' '.join(llama_args) or '(as make run)'}; cuts whose read "
+        "differs from the uncut one, bit for bit (the top 10 tokens)"
+    )
     with llama_server(extra=llama_args) as url:
         text = " ".join(itertools.islice(itertools.cycle(WORDS), 1400))
         every = httpx.post(url + "/tokenize", json={"content": text}).json()["tokens"]
@@ -174,15 +212,19 @@ def cuts(llama_args: list[str]) -> None:
                 _evaluate(url, tokens[:-1], True, 1)
                 if read(url, tokens, True, 1) != uncut:
                     differ.append(cut)
-            print(f"  {n:5d} tokens: {len(differ)} of {len(places)} cuts differ"
-                  + (f" (at {differ})" if differ else ""))
+            print(
+                f"  {n:5d} tokens: {len(differ)} of {len(places)} cuts differ"
+                + (f" (at {differ})" if differ else "")
+            )
 
 
 def report(runs: list[list[dict]], label: str) -> None:
     for i, again in enumerate(runs[1:], start=2):
         same, largest, flips, total = compare(runs[0], again)
-        print(f"  {label} pass {i} vs pass 1: {same}/{total} answers identical, largest |dp| "
-              f"{largest:.2e}, argmax changed in {flips}")
+        print(
+            f"  {label} pass {i} vs pass 1: {same}/{total} answers identical, largest |dp| "
+            f"{largest:.2e}, argmax changed in {flips}"
+        )
 
 
 def main() -> None:
@@ -191,16 +233,24 @@ def main() -> None:
     parser.add_argument("--per-file", type=int, help="only the first N items of each set")
     parser.add_argument("--under-load", action="store_true")
     parser.add_argument("--load", type=int, default=4, help="concurrent background clients")
-    parser.add_argument("--mixed", action="store_true",
-                        help="the background clients send plain chat completions too")
+    parser.add_argument(
+        "--mixed",
+        action="store_true",
+        help="the background clients send plain chat completions too",
+    )
     parser.add_argument("--mechanism", action="store_true")
     parser.add_argument("--cuts", action="store_true", help="what the prefix scheme rests on")
     parser.add_argument("--llama-args", default="", help="extra llama-server flags, one string")
     parser.add_argument("--proxy-args", default="", help="extra proxy flags, one string")
     args = parser.parse_args()
     print(command_line())
-    print({k: v for k, v in describe().items() if k in ("date", "cpu", "cpu_level", "cores",
-                                                         "llama_server_version", "model")})
+    print(
+        {
+            k: v
+            for k, v in describe().items()
+            if k in ("date", "cpu", "cpu_level", "cores", "llama_server_version", "model")
+        }
+    )
     if args.mechanism:
         mechanism(args.llama_args.split())
         return
@@ -208,16 +258,22 @@ def main() -> None:
         cuts(args.llama_args.split())
         return
     data = items(args.per_file)
-    with llama_server(extra=args.llama_args.split()) as llama_url, \
-            proxy(llama_url, args.proxy_args.split()) as url:
+    with (
+        llama_server(extra=args.llama_args.split()) as llama_url,
+        proxy(llama_url, args.proxy_args.split()) as url,
+    ):
         if args.under_load:
-            print(f"{len(data)} items sent twice while {args.load} other clients send "
-                  f"decisions{' and chat' if args.mixed else ''}; proxy flags "
-                  f"{args.proxy_args or '(defaults)'}")
+            print(
+                f"{len(data)} items sent twice while {args.load} other clients send "
+                f"decisions{' and chat' if args.mixed else ''}; proxy flags "
+                f"{args.proxy_args or '(defaults)'}"
+            )
             report(asyncio.run(under_load(url, data, args.load, args.mixed)), "under load,")
         else:
-            print(f"{len(data)} items of {DATA.relative_to(ROOT)}, {args.passes} passes, one "
-                  "request at a time, on a freshly started llama-server and proxy")
+            print(
+                f"{len(data)} items of {DATA.relative_to(ROOT)}, {args.passes} passes, one "
+                "request at a time, on a freshly started llama-server and proxy"
+            )
             report(asyncio.run(passes(url, data, args.passes)), "")
 
 

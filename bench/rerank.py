@@ -42,8 +42,9 @@ def documents(n: int) -> list[str]:
 def one(client: httpx.Client, url: str, n: int, method: str) -> tuple[float, int, int]:
     query = f"Ticket {uuid.uuid4().hex[:8]}: I was charged twice for my last order, help?"
     started = time.perf_counter()
-    resp = client.post(url + "/v1/rerank", json={"query": query, "documents": documents(n),
-                                                 "x_method": method})
+    resp = client.post(
+        url + "/v1/rerank", json={"query": query, "documents": documents(n), "x_method": method}
+    )
     took = time.perf_counter() - started
     resp.raise_for_status()
     body = resp.json()
@@ -57,22 +58,32 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     rows = []
-    with llama_server() as upstream, proxy(upstream) as url, \
-            httpx.Client(timeout=600) as client:
+    with llama_server() as upstream, proxy(upstream) as url, httpx.Client(timeout=600) as client:
         one(client, url, 5, "pointwise")  # the label check and first reads: not measured
         for n in counts:
             for method in ("pointwise", "listwise"):
                 runs = [one(client, url, n, method) for _ in range(args.repeats)]
                 took = statistics.median(r[0] for r in runs)
-                rows.append((method, n, took, statistics.median(r[1] for r in runs),
-                             statistics.median(r[2] for r in runs)))
+                rows.append(
+                    (
+                        method,
+                        n,
+                        took,
+                        statistics.median(r[1] for r in runs),
+                        statistics.median(r[2] for r in runs),
+                    )
+                )
     print(describe())
-    print(f"median of {args.repeats} requests per row, each on a new query "
-          "(its tokens cold); tokens: evaluated by llama-server / in all prompts")
+    print(
+        f"median of {args.repeats} requests per row, each on a new query "
+        "(its tokens cold); tokens: evaluated by llama-server / in all prompts"
+    )
     print(f"  {'method':10}{'docs':>6}{'request ms':>12}{'ms/doc':>9}{'tokens':>18}")
     for method, n, took, evaluated, prompt in rows:
-        print(f"  {method:10}{n:6d}{took * 1e3:12.0f}{took * 1e3 / n:9.1f}"
-              f"{f'{evaluated:.0f} / {prompt:.0f}':>18}")
+        print(
+            f"  {method:10}{n:6d}{took * 1e3:12.0f}{took * 1e3 / n:9.1f}"
+            f"{f'{evaluated:.0f} / {prompt:.0f}':>18}"
+        )
 
 
 if __name__ == "__main__":

@@ -34,28 +34,53 @@ PARAGRAPHS = [
     "The invoice lists an express delivery fee although standard delivery was chosen.",
 ]
 QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
-             "criteria": {"billing": "charges, refunds", "shipping": "parcels, delivery",
-                          "technical": "app and website", "other": None}},
-    "urgency": {"type": "score", "instructions": "How urgent is it?",
-                "criteria": ["can wait", "this week", "today", "right now"]},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team should handle this ticket?",
+        "criteria": {
+            "billing": "charges, refunds",
+            "shipping": "parcels, delivery",
+            "technical": "app and website",
+            "other": None,
+        },
+    },
+    "urgency": {
+        "type": "score",
+        "instructions": "How urgent is it?",
+        "criteria": ["can wait", "this week", "today", "right now"],
+    },
     "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
     "angry": {"type": "noul", "instructions": "Is the customer angry?"},
-    "tone": {"type": "choice", "instructions": "What is the tone?",
-             "criteria": {"polite": None, "neutral": None, "rude": None}},
-    "language": {"type": "choice", "instructions": "Which language is it written in?",
-                 "criteria": {"English": None, "French": None, "German": None, "Spanish": None}},
+    "tone": {
+        "type": "choice",
+        "instructions": "What is the tone?",
+        "criteria": {"polite": None, "neutral": None, "rude": None},
+    },
+    "language": {
+        "type": "choice",
+        "instructions": "Which language is it written in?",
+        "criteria": {"English": None, "French": None, "German": None, "Spanish": None},
+    },
     "double_charge": {"type": "noul", "instructions": "Was the customer charged twice?"},
     "damaged": {"type": "noul", "instructions": "Did something arrive damaged?"},
     "app_bug": {"type": "noul", "instructions": "Does it report a problem with the app?"},
-    "churn": {"type": "score", "instructions": "How likely is the customer to leave?",
-              "criteria": ["unlikely", "possible", "likely"]},
+    "churn": {
+        "type": "score",
+        "instructions": "How likely is the customer to leave?",
+        "criteria": ["unlikely", "possible", "likely"],
+    },
     "followup": {"type": "noul", "instructions": "Was a follow-up promised and missed?"},
     "discount": {"type": "noul", "instructions": "Is a discount code mentioned?"},
-    "channel": {"type": "choice", "instructions": "How should we reply?",
-                "criteria": {"email": None, "phone": None, "chat": None}},
-    "priority": {"type": "score", "instructions": "What priority should the ticket get?",
-                 "criteria": ["P3", "P2", "P1", "P0"]},
+    "channel": {
+        "type": "choice",
+        "instructions": "How should we reply?",
+        "criteria": {"email": None, "phone": None, "chat": None},
+    },
+    "priority": {
+        "type": "score",
+        "instructions": "What priority should the ticket get?",
+        "criteria": ["P3", "P2", "P1", "P0"],
+    },
     "vip": {"type": "noul", "instructions": "Does the customer mention being a long-time client?"},
     "summary_ok": {"type": "noul", "instructions": "Is the ticket about more than one problem?"},
 }
@@ -80,7 +105,9 @@ async def one_request(session, url, state) -> float:
 
 async def separate(session, url, state, concurrent: bool) -> float:
     async def ask(qid):
-        async with session.post(url, json={"state": state, "questions": {qid: QUESTIONS[qid]}}) as r:
+        async with session.post(
+            url, json={"state": state, "questions": {qid: QUESTIONS[qid]}}
+        ) as r:
             assert r.status == 200, await r.text()
             await r.read()
 
@@ -97,7 +124,9 @@ async def measure(proxy_url: str, fanout_url: str, rounds: int) -> dict[str, lis
     url = proxy_url + "/v1/systemone"
     variants = {
         "one request, 16 questions": lambda s, st: one_request(s, url, st),
-        "one request, fan-out to slots": lambda s, st: one_request(s, fanout_url + "/v1/systemone", st),
+        "one request, fan-out to slots": lambda s, st: one_request(
+            s, fanout_url + "/v1/systemone", st
+        ),
         "16 requests, one after another": lambda s, st: separate(s, url, st, False),
         "16 requests, all at once": lambda s, st: separate(s, url, st, True),
     }
@@ -111,8 +140,10 @@ async def measure(proxy_url: str, fanout_url: str, rounds: int) -> dict[str, lis
 
 
 async def state_tokens(llama_url: str) -> int:
-    async with aiohttp.ClientSession() as s, s.post(llama_url + "/tokenize",
-                                                    json={"content": fresh_state()}) as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(llama_url + "/tokenize", json={"content": fresh_state()}) as r,
+    ):
         return len((await r.json())["tokens"])
 
 
@@ -122,12 +153,17 @@ def main() -> None:
     parser.add_argument("--paragraphs", type=int, default=66, help="the state's length")
     args = parser.parse_args()
     PARAGRAPHS_IN_STATE[0] = args.paragraphs
-    with llama_server() as llama_url, proxy(llama_url) as proxy_url, \
-            proxy(llama_url, ["--question-fanout", "0"]) as fanout_url:
+    with (
+        llama_server() as llama_url,
+        proxy(llama_url) as proxy_url,
+        proxy(llama_url, ["--question-fanout", "0"]) as fanout_url,
+    ):
         n_tokens = asyncio.run(state_tokens(llama_url))
         times = asyncio.run(measure(proxy_url, fanout_url, args.rounds))
-    print(f"state of {n_tokens} tokens, {len(QUESTIONS)} questions, {args.rounds} rounds (median s);"
-          f" llama-server {' '.join(LLAMA_FLAGS)}")
+    print(
+        f"state of {n_tokens} tokens, {len(QUESTIONS)} questions, {args.rounds} rounds (median s);"
+        f" llama-server {' '.join(LLAMA_FLAGS)}"
+    )
     medians = {name: statistics.median(v) for name, v in times.items()}
     single = medians["one request, 16 questions"]
     for name, med in medians.items():

@@ -99,8 +99,13 @@ CACHE_RAM_MIB = 0
 # llama-server's settings: LLAMA_ARG_<key> (the variable it reads itself, as our images
 # pass it on) and SM_LLAMA_CPP_<value> for the DLC, which turns SM_LLAMA_CPP_FOO_BAR=v into
 # --foo-bar v, so the value spells the long flag (-np is --parallel, -ub --ubatch-size)
-_DLC_NAMES = {"N_PARALLEL": "PARALLEL", "CTX_SIZE": "CTX_SIZE", "UBATCH": "UBATCH_SIZE",
-              "CACHE_RAM": "CACHE_RAM", "N_GPU_LAYERS": "N_GPU_LAYERS"}
+_DLC_NAMES = {
+    "N_PARALLEL": "PARALLEL",
+    "CTX_SIZE": "CTX_SIZE",
+    "UBATCH": "UBATCH_SIZE",
+    "CACHE_RAM": "CACHE_RAM",
+    "N_GPU_LAYERS": "N_GPU_LAYERS",
+}
 MIB = 1024 * 1024
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,55}$")  # leaves room for "-config"
 _SUMMARY = "Create or delete the sidecar's SageMaker endpoint, or run a Batch Transform job."
@@ -144,20 +149,23 @@ class DeployConfig:
             raise ValueError("target concurrency must be positive")
         self.layout  # noqa: B018 - raises for a mix of images that names no layout
         if self.layout == "dlc" and self.startup_timeout_s < DLC_MIN_STARTUP_S:
-            raise ValueError(f"the llama.cpp DLC needs a startup timeout of at least "
-                             f"{DLC_MIN_STARTUP_S} s")
+            raise ValueError(
+                f"the llama.cpp DLC needs a startup timeout of at least {DLC_MIN_STARTUP_S} s"
+            )
 
     @property
     def layout(self) -> str:
-        """"single", "two" or "dlc", from the images given."""
+        """ "single", "two" or "dlc", from the images given."""
         if self.image and not (self.proxy_image or self.llama_image or self.llama_dlc):
             return "single"
         if self.proxy_image and self.llama_image and not (self.image or self.llama_dlc):
             return "two"
         if self.proxy_image and self.llama_dlc and not (self.image or self.llama_image):
             return "dlc"
-        raise ValueError("give --image (the single image), or --proxy-image with either "
-                         "--llama-image or --llama-dlc")
+        raise ValueError(
+            "give --image (the single image), or --proxy-image with either "
+            "--llama-image or --llama-dlc"
+        )
 
     @property
     def gpu(self) -> bool:
@@ -190,8 +198,12 @@ def proxy_environment(cfg: DeployConfig) -> dict[str, str]:
 def llama_environment(cfg: DeployConfig) -> dict[str, str]:
     """llama-server's settings as our images read them (LLAMA_ARG_*) or the DLC does
     (SM_LLAMA_CPP_*, each becoming a flag: SM_LLAMA_CPP_PARALLEL=4 is --parallel 4)."""
-    settings = {"N_PARALLEL": cfg.parallel, "CTX_SIZE": cfg.ctx_size, "UBATCH": ubatch(cfg)[0],
-                "CACHE_RAM": CACHE_RAM_MIB}
+    settings = {
+        "N_PARALLEL": cfg.parallel,
+        "CTX_SIZE": cfg.ctx_size,
+        "UBATCH": ubatch(cfg)[0],
+        "CACHE_RAM": CACHE_RAM_MIB,
+    }
     if cfg.gpu:
         settings["N_GPU_LAYERS"] = GPU_LAYERS
     if cfg.layout != "dlc":
@@ -202,19 +214,23 @@ def llama_environment(cfg: DeployConfig) -> dict[str, str]:
 
 
 def model_request(cfg: DeployConfig) -> dict[str, Any]:
-    request: dict[str, Any] = {"ModelName": Names.of(cfg.name).model,
-                               "ExecutionRoleArn": cfg.role}
+    request: dict[str, Any] = {"ModelName": Names.of(cfg.name).model, "ExecutionRoleArn": cfg.role}
     if cfg.layout == "single":
         request["PrimaryContainer"] = {
-            "Image": cfg.image, "ModelDataUrl": cfg.model_data,
-            "Environment": {**llama_environment(cfg), **proxy_environment(cfg)}}
+            "Image": cfg.image,
+            "ModelDataUrl": cfg.model_data,
+            "Environment": {**llama_environment(cfg), **proxy_environment(cfg)},
+        }
         return request
     upstream = f"http://127.0.0.1:{DLC_PORT}" if cfg.layout == "dlc" else cfg.upstream_url
     proxy = {
         "ContainerHostname": PROXY_HOSTNAME,
         "Image": cfg.proxy_image,
-        "Environment": {"PROXY_HOST": "0.0.0.0", "UPSTREAM_URL": upstream,
-                        **proxy_environment(cfg)},
+        "Environment": {
+            "PROXY_HOST": "0.0.0.0",
+            "UPSTREAM_URL": upstream,
+            **proxy_environment(cfg),
+        },
     }
     llama_image = cfg.llama_image
     if cfg.layout == "dlc":
@@ -347,9 +363,15 @@ class TransformConfig:
 
     def model_config(self) -> DeployConfig:
         assert self.image and self.model_data and self.role
-        return DeployConfig(name=self.name, model_data=self.model_data, role=self.role,
-                            image=self.image, instance_type=self.instance_type,
-                            parallel=self.parallel, ctx_size=self.ctx_size)
+        return DeployConfig(
+            name=self.name,
+            model_data=self.model_data,
+            role=self.role,
+            image=self.image,
+            instance_type=self.instance_type,
+            parallel=self.parallel,
+            ctx_size=self.ctx_size,
+        )
 
 
 def transform_request(cfg: TransformConfig) -> dict[str, Any]:
@@ -362,22 +384,31 @@ def transform_request(cfg: TransformConfig) -> dict[str, Any]:
         "MaxConcurrentTransforms": 1,
         "MaxPayloadInMB": cfg.max_payload_mb,
         "BatchStrategy": "MultiRecord",
-        "ModelClientConfig": {"InvocationsTimeoutInSeconds": cfg.invocations_timeout_s,
-                              "InvocationsMaxRetries": cfg.max_retries},
+        "ModelClientConfig": {
+            "InvocationsTimeoutInSeconds": cfg.invocations_timeout_s,
+            "InvocationsMaxRetries": cfg.max_retries,
+        },
         # the proxy answers every payload within the job's timeout (late lines get 504
         # records) and takes payloads as large as the job sends
-        "Environment": {"PROXY_INVOCATIONS_TIMEOUT": str(cfg.invocations_timeout_s),
-                        "PROXY_MAX_BODY_BYTES": str(cfg.max_payload_mb * MIB)},
+        "Environment": {
+            "PROXY_INVOCATIONS_TIMEOUT": str(cfg.invocations_timeout_s),
+            "PROXY_MAX_BODY_BYTES": str(cfg.max_payload_mb * MIB),
+        },
         "TransformInput": {
             "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": cfg.input}},
             "ContentType": "application/jsonlines",
             "SplitType": "Line",
             "CompressionType": "None",
         },
-        "TransformOutput": {"S3OutputPath": cfg.output, "Accept": "application/jsonlines",
-                            "AssembleWith": "Line"},
-        "TransformResources": {"InstanceType": cfg.instance_type,
-                               "InstanceCount": cfg.instance_count},
+        "TransformOutput": {
+            "S3OutputPath": cfg.output,
+            "Accept": "application/jsonlines",
+            "AssembleWith": "Line",
+        },
+        "TransformResources": {
+            "InstanceType": cfg.instance_type,
+            "InstanceCount": cfg.instance_count,
+        },
     }
 
 
@@ -390,10 +421,15 @@ def transform(cfg: TransformConfig, clients: Clients, *, wait: bool = True) -> d
     sagemaker.create_transform_job(**request)
     if wait:
         sagemaker.get_waiter("transform_job_completed_or_stopped").wait(
-            TransformJobName=cfg.name, WaiterConfig={"Delay": 30, "MaxAttempts": 2880})
+            TransformJobName=cfg.name, WaiterConfig={"Delay": 30, "MaxAttempts": 2880}
+        )
     status = sagemaker.describe_transform_job(TransformJobName=cfg.name)
-    return {"job": cfg.name, "model": request["ModelName"],
-            "status": status["TransformJobStatus"], "output": cfg.output}
+    return {
+        "job": cfg.name,
+        "model": request["ModelName"],
+        "status": status["TransformJobStatus"],
+        "output": cfg.output,
+    }
 
 
 def _ignore_gone(call: Callable[..., Any], **kwargs: Any) -> bool:
@@ -428,12 +464,14 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--role", help="SageMaker execution role ARN")
         p.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE)
         p.add_argument("--parallel", type=int, default=DeployConfig.parallel, help="llama slots")
-        p.add_argument("--ctx-size", type=int, default=DeployConfig.ctx_size,
-                       help="llama context")
+        p.add_argument("--ctx-size", type=int, default=DeployConfig.ctx_size, help="llama context")
     make.add_argument("--proxy-image", help="ECR URI of Dockerfile.proxy's image")
     make.add_argument("--llama-image", help="ECR URI of Dockerfile.llama's image")
-    make.add_argument("--llama-dlc", action="store_true",
-                      help="AWS's llama.cpp container, unchanged, beside --proxy-image")
+    make.add_argument(
+        "--llama-dlc",
+        action="store_true",
+        help="AWS's llama.cpp container, unchanged, beside --proxy-image",
+    )
     make.add_argument("--dlc-image", help="the llama.cpp DLC's URI (default: by instance type)")
     make.add_argument("--min-instances", type=int, default=DeployConfig.min_instances)
     make.add_argument("--max-instances", type=int, default=DeployConfig.max_instances)
@@ -447,9 +485,12 @@ def _parser() -> argparse.ArgumentParser:
     job.add_argument("--input", required=True, help="s3:// prefix of the .jsonl input")
     job.add_argument("--output", required=True, help="s3:// prefix for the answers")
     job.add_argument("--instance-count", type=int, default=TransformConfig.instance_count)
-    job.add_argument("--invocations-timeout", type=int,
-                     default=TransformConfig.invocations_timeout_s,
-                     help="seconds one payload may take (InvocationsTimeoutInSeconds)")
+    job.add_argument(
+        "--invocations-timeout",
+        type=int,
+        default=TransformConfig.invocations_timeout_s,
+        help="seconds one payload may take (InvocationsTimeoutInSeconds)",
+    )
     job.add_argument("--max-payload-mb", type=int, default=TransformConfig.max_payload_mb)
     job.add_argument("--max-retries", type=int, default=TransformConfig.max_retries)
     return parser
@@ -458,20 +499,39 @@ def _parser() -> argparse.ArgumentParser:
 def _config(args: argparse.Namespace) -> DeployConfig | TransformConfig:
     if args.command == "transform":
         return TransformConfig(
-            name=args.name, input=args.input, output=args.output, model=args.model,
-            image=args.image, model_data=args.model_data, role=args.role,
-            instance_type=args.instance_type, instance_count=args.instance_count,
-            invocations_timeout_s=args.invocations_timeout, max_payload_mb=args.max_payload_mb,
-            max_retries=args.max_retries, parallel=args.parallel, ctx_size=args.ctx_size)
+            name=args.name,
+            input=args.input,
+            output=args.output,
+            model=args.model,
+            image=args.image,
+            model_data=args.model_data,
+            role=args.role,
+            instance_type=args.instance_type,
+            instance_count=args.instance_count,
+            invocations_timeout_s=args.invocations_timeout,
+            max_payload_mb=args.max_payload_mb,
+            max_retries=args.max_retries,
+            parallel=args.parallel,
+            ctx_size=args.ctx_size,
+        )
     if not (args.model_data and args.role):
         raise ValueError("create needs --model-data and --role")
     return DeployConfig(
-        name=args.name, model_data=args.model_data, role=args.role, image=args.image,
-        proxy_image=args.proxy_image, llama_image=args.llama_image, llama_dlc=args.llama_dlc,
-        dlc_image=args.dlc_image, instance_type=args.instance_type,
-        min_instances=args.min_instances, max_instances=args.max_instances,
-        target_concurrency=args.target_concurrency, parallel=args.parallel,
-        ctx_size=args.ctx_size)
+        name=args.name,
+        model_data=args.model_data,
+        role=args.role,
+        image=args.image,
+        proxy_image=args.proxy_image,
+        llama_image=args.llama_image,
+        llama_dlc=args.llama_dlc,
+        dlc_image=args.dlc_image,
+        instance_type=args.instance_type,
+        min_instances=args.min_instances,
+        max_instances=args.max_instances,
+        target_concurrency=args.target_concurrency,
+        parallel=args.parallel,
+        ctx_size=args.ctx_size,
+    )
 
 
 def main(argv: Sequence[str] | None = None, *, clients: Clients | None = None) -> int:
@@ -490,13 +550,22 @@ def main(argv: Sequence[str] | None = None, *, clients: Clients | None = None) -
         print(f"deploy: {exc}", file=sys.stderr)
         return 2
     if isinstance(cfg, TransformConfig):
-        print(json.dumps({"command": "transform", **transform(cfg, clients,
-                                                               wait=not args.no_wait)}))
+        print(
+            json.dumps({"command": "transform", **transform(cfg, clients, wait=not args.no_wait)})
+        )
         return 0
     names = create(cfg, clients, wait=not args.no_wait)
     target = None if cfg.layout == "single" else PROXY_HOSTNAME
-    print(json.dumps({"command": "create", "layout": cfg.layout,
-                      "target_container_hostname": target, **dataclasses.asdict(names)}))
+    print(
+        json.dumps(
+            {
+                "command": "create",
+                "layout": cfg.layout,
+                "target_container_hostname": target,
+                **dataclasses.asdict(names),
+            }
+        )
+    )
     return 0
 
 

@@ -27,8 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(argv, os.environ)
     setup_logging()
     logging.getLogger("proxy").info(
-        "serving on http://%s:%d, upstream %s%s", settings.host, settings.port,
-        settings.upstream_url, f", {settings.workers} workers" if settings.workers > 1 else "")
+        "serving on http://%s:%d, upstream %s%s",
+        settings.host,
+        settings.port,
+        settings.upstream_url,
+        f", {settings.workers} workers" if settings.workers > 1 else "",
+    )
     if settings.workers > 1:
         return workers.run(settings)
     app = create_app(settings)
@@ -44,8 +48,11 @@ def tool(name: str, argv: list[str]) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "semif_tools":
             raise
-        print(f"python -m proxy {name} needs the offline tools, which are not installed: "
-              f"{INSTALL_TOOLS}", file=sys.stderr)
+        print(
+            f"python -m proxy {name} needs the offline tools, which are not installed: "
+            f"{INSTALL_TOOLS}",
+            file=sys.stderr,
+        )
         return 2
     return semif_tools.run(name, argv)
 

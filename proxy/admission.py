@@ -91,15 +91,17 @@ def finish_s(work_s: float, ahead: list[float], slots: int) -> float:
 # Seconds the current admitted decision spent waiting for a llama-server slot (proxy/kv.py):
 # not part of how long a decision takes to serve, which the estimate divides by the slots.
 _slot_waits: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
-    "semif_slot_waits", default=None)
+    "semif_slot_waits", default=None
+)
 
 # The estimate the current request was admitted with, for its Server-Timing header
 # (proxy/middleware.py): [Work, finish seconds], empty when none was made.
 _estimate: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "semif_estimate", default=None)
+    "semif_estimate", default=None
+)
 
-_SMOOTHING = 0.2   # weight of the newest decision in the moving average of decision time
-_HEADROOM = 0.8    # admit only what the estimate finishes within this share of the deadline
+_SMOOTHING = 0.2  # weight of the newest decision in the moving average of decision time
+_HEADROOM = 0.8  # admit only what the estimate finishes within this share of the deadline
 
 
 def estimated_finish_s(queued: int, active: int, parallel: int, decision_s: float) -> float:
@@ -130,8 +132,10 @@ def server_timing(holder: list) -> str | None:
     if not holder:
         return None
     work, finish = holder
-    return (f'semif-estimate;dur={finish * 1000:.0f};desc="{work.tokens} prompt tokens, '
-            f'{work.seconds:.3f} s idle"')
+    return (
+        f'semif-estimate;dur={finish * 1000:.0f};desc="{work.tokens} prompt tokens, '
+        f'{work.seconds:.3f} s idle"'
+    )
 
 
 def slot_waited(seconds: float) -> None:
@@ -178,8 +182,10 @@ class Admission:
         less the share of its estimated finish that has passed (a request admitted
         without an estimate counts as one measured decision)."""
         now = time.monotonic() if now is None else now
-        left = [w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
-                for w, since, finish in (*self._work.values(), *self._relayed.values())]
+        left = [
+            w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
+            for w, since, finish in (*self._work.values(), *self._relayed.values())
+        ]
         unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
             left += [self.decision_s] * unknown
@@ -209,7 +215,8 @@ class Admission:
                     f"this request needs {work.describe()}; the deadline is "
                     f"{self._deadline_s:g} s: send a shorter conversation or fewer options, "
                     "or start the proxy with a longer --decision-deadline-s",
-                    code="exceeds_deadline")
+                    code="exceeds_deadline",
+                )
             finish = finish_s(work.seconds, self.ahead(), self.parallel)
             if finish > self._deadline_s:
                 raise Overloaded(
@@ -223,8 +230,7 @@ class Admission:
                 holder[:] = [work, finish]
             return self._admitted((work.seconds, finish))
         if self.decision_s is not None:
-            finish = estimated_finish_s(self._queued, self._active, self.parallel,
-                                        self.decision_s)
+            finish = estimated_finish_s(self._queued, self._active, self.parallel, self.decision_s)
             budget = self._deadline_s * _HEADROOM
             if finish > budget:
                 raise Overloaded(
@@ -291,7 +297,8 @@ class Admission:
                 f"this generation would wait about {start:.0f} s for its first token behind "
                 f"the work admitted ahead of it, past the {timeout_s:g} s the proxy waits for "
                 "llama-server; retry later",
-                retry_after_s=max(1, math.ceil(start - first)))
+                retry_after_s=max(1, math.ceil(start - first)),
+            )
         ticket = object()
         self._relayed[ticket] = (work.seconds, time.monotonic(), work.seconds)
         try:

@@ -28,8 +28,9 @@ from .upstream import Upstream
 __all__ = ["create_app"]
 
 
-def create_app(settings: Settings, *, upstream: Upstream | None = None,
-               worker: tuple[int, int] = (0, 1)) -> web.Application:
+def create_app(
+    settings: Settings, *, upstream: Upstream | None = None, worker: tuple[int, int] = (0, 1)
+) -> web.Application:
     """``worker``: (index, count) with ``--workers``: which share of llama-server's slots
     this process leases to its decisions."""
     app = web.Application(
@@ -63,27 +64,40 @@ def create_app(settings: Settings, *, upstream: Upstream | None = None,
     return app
 
 
-def _upstream_ctx(given: Upstream | None, worker: tuple[int, int]
-                  ) -> Callable[[web.Application], AsyncIterator[None]]:
+def _upstream_ctx(
+    given: Upstream | None, worker: tuple[int, int]
+) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         upstream = given or Upstream(app[SETTINGS])
         app[UPSTREAM] = upstream
         settings = app[SETTINGS]
         admission = Admission(
-            max_active=settings.max_active_decisions, max_queued=settings.max_queued_decisions,
-            deadline_s=settings.decision_deadline_s, retry_after_s=settings.retry_after_s,
+            max_active=settings.max_active_decisions,
+            max_queued=settings.max_queued_decisions,
+            deadline_s=settings.decision_deadline_s,
+            retry_after_s=settings.retry_after_s,
         )
         app[ADMISSION] = admission
         app[METRICS].watch(lambda: admission.active, lambda: admission.queued)
         # one decision service per served model, all admitted together
-        app[MODELS] = ServedModels(upstream, lambda bound: DecisionService(
-            bound, n_probs=settings.n_probs, question_fanout=settings.question_fanout,
-            metrics=app[METRICS], admission=admission, worker=worker,
-            ubatch=settings.upstream_ubatch, self_check=True, profiles=app[PROFILES],
-        ), default_model=settings.default_model, aliases=settings.model_aliases)
+        app[MODELS] = ServedModels(
+            upstream,
+            lambda bound: DecisionService(
+                bound,
+                n_probs=settings.n_probs,
+                question_fanout=settings.question_fanout,
+                metrics=app[METRICS],
+                admission=admission,
+                worker=worker,
+                ubatch=settings.upstream_ubatch,
+                self_check=True,
+                profiles=app[PROFILES],
+            ),
+            default_model=settings.default_model,
+            aliases=settings.model_aliases,
+        )
         yield
         if given is None:
             await upstream.close()
 
     return ctx
-

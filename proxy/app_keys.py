@@ -11,8 +11,17 @@ from .profiles import ProfileStore
 from .served import ServedModels
 from .upstream import Upstream
 
-__all__ = ["SETTINGS", "UPSTREAM", "MODELS", "METRICS", "PROFILES", "PEERS", "ADMISSION", "KIND",
-           "API"]
+__all__ = [
+    "SETTINGS",
+    "UPSTREAM",
+    "MODELS",
+    "METRICS",
+    "PROFILES",
+    "PEERS",
+    "ADMISSION",
+    "KIND",
+    "API",
+]
 
 SETTINGS = web.AppKey("settings", Settings)
 UPSTREAM = web.AppKey("upstream", Upstream)

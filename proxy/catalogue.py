@@ -54,11 +54,16 @@ class LabelCatalogue:
 
     async def labels(self, n: int, kwargs: Mapping[str, Any]) -> tuple[ModelInfo, Labels]:
         """The served model and ``n`` labels verified in its template's answer context."""
-        key = (_NO_THINKING_KEY if kwargs is NO_THINKING
-               else orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode())
+        key = (
+            _NO_THINKING_KEY
+            if kwargs is NO_THINKING
+            else orjson.dumps(kwargs, option=orjson.OPT_SORT_KEYS).decode()
+        )
         if len(key) > _MAX_KWARGS_CHARS:
-            raise InvalidRequest(f"chat_template_kwargs is over {_MAX_KWARGS_CHARS} characters",
-                                 param="chat_template_kwargs")
+            raise InvalidRequest(
+                f"chat_template_kwargs is over {_MAX_KWARGS_CHARS} characters",
+                param="chat_template_kwargs",
+            )
         known = self._assigned.get((key, n))
         if known is not None and known[0] is self._discovery.known:
             return known  # the common case: a known template and option count, same model
@@ -71,7 +76,8 @@ class LabelCatalogue:
                     context = answer_context(await self._upstream.render(probe, kwargs))
                 except ValueError as exc:
                     raise UpstreamBadResponse(
-                        "the chat template dropped the question (no answer position)") from exc
+                        "the chat template dropped the question (no answer position)"
+                    ) from exc
                 self._contexts.put(key, context)
             ids = self._token_ids.setdefault(context, {})
             await self._verify_until(n, context, ids)
@@ -80,7 +86,8 @@ class LabelCatalogue:
             except LabelError as exc:
                 raise InvalidRequest(
                     f"{exc}: this model can answer at most {_usable(ids)} options",
-                    code="too_many_options") from exc
+                    code="too_many_options",
+                ) from exc
             self._assigned[(key, n)] = (info, assigned)
         return info, assigned
 

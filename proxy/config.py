@@ -54,8 +54,13 @@ class Settings:
             raise ValueError("max_state_chars must be at least 1")
         if self.rerank_max_documents < 1 or self.rerank_max_document_chars < 1:
             raise ValueError("the rerank limits must be at least 1")
-        for name in ("connect_timeout_s", "request_timeout_s", "shutdown_timeout_s",
-                     "decision_deadline_s", "invocations_timeout_s"):
+        for name in (
+            "connect_timeout_s",
+            "request_timeout_s",
+            "shutdown_timeout_s",
+            "decision_deadline_s",
+            "invocations_timeout_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
         if self.relay_max_tokens < 0:
@@ -79,8 +84,11 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "upstream_url": ("UPSTREAM_URL", "base URL of llama-server"),
     "upstream_api_key": ("UPSTREAM_API_KEY", "bearer key llama-server expects (never echoed)"),
     "api_key": ("PROXY_API_KEY", "require 'Authorization: Bearer <key>' from clients"),
-    "admin_api_key": ("PROXY_ADMIN_KEY", "'X-Admin-Key' that unlocks llama-server's control "
-                      "routes (POST /slots/..., POST /props); unset: they are refused"),
+    "admin_api_key": (
+        "PROXY_ADMIN_KEY",
+        "'X-Admin-Key' that unlocks llama-server's control "
+        "routes (POST /slots/..., POST /props); unset: they are refused",
+    ),
     "connect_timeout_s": ("PROXY_CONNECT_TIMEOUT", "seconds to connect to llama-server"),
     "request_timeout_s": ("PROXY_REQUEST_TIMEOUT", "seconds for a whole upstream call (504 after)"),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", "largest request body accepted (413 above)"),
@@ -101,10 +109,12 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "max_active_decisions": ("PROXY_MAX_ACTIVE", "decision requests served at once"),
     "max_queued_decisions": (
-        "PROXY_MAX_QUEUED", "decision requests waiting for a turn (429 with Retry-After beyond)"
+        "PROXY_MAX_QUEUED",
+        "decision requests waiting for a turn (429 with Retry-After beyond)",
     ),
     "decision_deadline_s": (
-        "PROXY_DEADLINE", "seconds a decision request may take from arrival (504 and cancelled after)"
+        "PROXY_DEADLINE",
+        "seconds a decision request may take from arrival (504 and cancelled after)",
     ),
     "invocations_timeout_s": (
         "PROXY_INVOCATIONS_TIMEOUT",
@@ -112,27 +122,44 @@ _OPTIONS: dict[str, tuple[str, str]] = {
         "job's InvocationsTimeoutInSeconds); lines not answered by then get 504 records",
     ),
     "max_state_chars": ("PROXY_MAX_STATE_CHARS", "longest System One / Decisions state accepted"),
-    "rerank_max_documents": ("PROXY_RERANK_MAX_DOCUMENTS", "documents one rerank request may "
-                             "rank (listwise: at most 255)"),
-    "rerank_max_document_chars": ("PROXY_RERANK_MAX_DOCUMENT_CHARS",
-                                  "longest rerank document (and query) accepted"),
+    "rerank_max_documents": (
+        "PROXY_RERANK_MAX_DOCUMENTS",
+        "documents one rerank request may rank (listwise: at most 255)",
+    ),
+    "rerank_max_document_chars": (
+        "PROXY_RERANK_MAX_DOCUMENT_CHARS",
+        "longest rerank document (and query) accepted",
+    ),
     "calibration_dir": ("PROXY_CALIBRATION_DIR", "folder of calibration profiles (NAME.json)"),
     "calibration_profile": (
-        "PROXY_CALIBRATION_PROFILE", "profile applied when a request names none ('' for none)"
+        "PROXY_CALIBRATION_PROFILE",
+        "profile applied when a request names none ('' for none)",
     ),
     "max_connections": ("PROXY_MAX_CONNECTIONS", "connections kept to llama-server"),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
-    "model_aliases": ("PROXY_MODEL_ALIASES", "more names requests may give the served model, "
-                      "comma-separated; listed in /v1/models beside jev-latest and gpt-6-luna"),
-    "default_model": ("PROXY_DEFAULT_MODEL", "with llama-server in router mode (several "
-                      "models): the model of requests that name none or a default name "
-                      "(jev-latest, gpt-6-luna); '' for the first it lists"),
-    "upstream_ubatch": ("PROXY_UPSTREAM_UBATCH", "llama-server's physical batch (-ub) as it "
-                        "was started; 2 to 63 reads new conversations in one request, reusing "
-                        "any prefix a slot holds (docs/repeatability.md); 0: unknown, each "
-                        "shared segment is evaluated from position 0"),
-    "workers": ("PROXY_WORKERS", "processes sharing the port (SO_REUSEPORT spreads connections); "
-                "each admits its share of PROXY_MAX_ACTIVE and PROXY_MAX_QUEUED"),
+    "model_aliases": (
+        "PROXY_MODEL_ALIASES",
+        "more names requests may give the served model, "
+        "comma-separated; listed in /v1/models beside jev-latest and gpt-6-luna",
+    ),
+    "default_model": (
+        "PROXY_DEFAULT_MODEL",
+        "with llama-server in router mode (several "
+        "models): the model of requests that name none or a default name "
+        "(jev-latest, gpt-6-luna); '' for the first it lists",
+    ),
+    "upstream_ubatch": (
+        "PROXY_UPSTREAM_UBATCH",
+        "llama-server's physical batch (-ub) as it "
+        "was started; 2 to 63 reads new conversations in one request, reusing "
+        "any prefix a slot holds (docs/repeatability.md); 0: unknown, each "
+        "shared segment is evaluated from position 0",
+    ),
+    "workers": (
+        "PROXY_WORKERS",
+        "processes sharing the port (SO_REUSEPORT spreads connections); "
+        "each admits its share of PROXY_MAX_ACTIVE and PROXY_MAX_QUEUED",
+    ),
 }
 
 

@@ -84,21 +84,25 @@ class CostModel:
         self.overhead_s = 0.0
         self.observed = 0
 
-    def observe(self, kind: str, evaluated: int, cached: int, upstream_s: float,
-                wall_s: float) -> None:
+    def observe(
+        self, kind: str, evaluated: int, cached: int, upstream_s: float, wall_s: float
+    ) -> None:
         """A step that ran alone: ``upstream_s`` by llama-server's timings, ``wall_s`` as
         this process waited for it."""
         self.steps[kind].add(evaluated, cached, upstream_s)
         extra = max(0.0, wall_s - upstream_s)
-        self.overhead_s = (extra if self.observed == 0 else
-                           (1 - _OVERHEAD_SMOOTHING) * self.overhead_s
-                           + _OVERHEAD_SMOOTHING * extra)
+        self.overhead_s = (
+            extra
+            if self.observed == 0
+            else (1 - _OVERHEAD_SMOOTHING) * self.overhead_s + _OVERHEAD_SMOOTHING * extra
+        )
         self.observed += 1
 
     def step_s(self, kind: str, evaluated: int, cached: int) -> float | None:
         """Seconds one step takes on an idle server, or None while nothing is known."""
-        order = {ONE: (ONE, CHUNK, BATCH), CHUNK: (CHUNK, BATCH, ONE),
-                 BATCH: (BATCH, CHUNK, ONE)}[kind]
+        order = {ONE: (ONE, CHUNK, BATCH), CHUNK: (CHUNK, BATCH, ONE), BATCH: (BATCH, CHUNK, ONE)}[
+            kind
+        ]
         for k in order:
             s = self.steps[k].seconds(evaluated, cached)
             if s is not None:

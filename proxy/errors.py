@@ -188,8 +188,13 @@ def system_one_error(err: ProxyError) -> ErrorReply:
     if isinstance(err, Unprocessable):
         detail: Any = err.details
     elif isinstance(err, InvalidRequest) and err.status == 400 and err.is_validation:
-        detail = [{"loc": ["body", *(err.param.split(".") if err.param else [])],
-                   "msg": err.message, "type": err.code}]
+        detail = [
+            {
+                "loc": ["body", *(err.param.split(".") if err.param else [])],
+                "msg": err.message,
+                "type": err.code,
+            }
+        ]
         return ErrorReply(422, {"detail": detail}, {})
     else:
         detail = err.message

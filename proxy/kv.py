@@ -49,8 +49,19 @@ from typing import NamedTuple
 
 from .admission import slot_waited
 
-__all__ = ["Step", "Held", "plan", "plan_prefix", "after", "common_prefix", "SlotBook",
-           "MAX_SMALL_CHUNK", "LONE_ROW_CELLS", "N_BATCH", "lone_last"]
+__all__ = [
+    "Step",
+    "Held",
+    "plan",
+    "plan_prefix",
+    "after",
+    "common_prefix",
+    "SlotBook",
+    "MAX_SMALL_CHUNK",
+    "LONE_ROW_CELLS",
+    "N_BATCH",
+    "lone_last",
+]
 
 MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
 # A row evaluated alone goes through the per-row kernel while the slot's KV cells (padded
@@ -87,9 +98,9 @@ class Step:
     by ``junk`` when set), and what llama-server must report for it."""
 
     length: int
-    cache: bool       # cache_prompt
-    cached: int       # tokens it reuses from the slot (timings.cache_n)
-    evaluated: int    # tokens it evaluates (timings.prompt_n)
+    cache: bool  # cache_prompt
+    cached: int  # tokens it reuses from the slot (timings.cache_n)
+    evaluated: int  # tokens it evaluates (timings.prompt_n)
     junk: int | None = None
 
 
@@ -110,8 +121,11 @@ def plan(holds: Held | None, s_len: int, prompt: tuple[int, ...]) -> list[Step]:
     if not 0 < s_len < n:
         raise ValueError("the shared segment must be a proper, non-empty prefix")
     # what the slot holds when it holds this same segment, else None
-    same = holds if (holds is not None and holds.s_len == s_len
-                     and holds.tokens[:s_len] == prompt[:s_len]) else None
+    same = (
+        holds
+        if (holds is not None and holds.s_len == s_len and holds.tokens[:s_len] == prompt[:s_len])
+        else None
+    )
     if same is not None and same.tokens[:n] == prompt:
         return [Step(n, True, n - 1, 1)]  # a replay: the common case
     steps: list[Step] = []
@@ -200,7 +214,7 @@ def _drop_after(keep: int, prompt: tuple[int, ...]) -> Step:
 
 def after(step: Step, prompt: tuple[int, ...]) -> tuple[int, ...]:
     """What the slot holds once ``step`` has run (``prompt`` itself after the last)."""
-    held = prompt[:step.length]
+    held = prompt[: step.length]
     if step.junk is not None:
         held = (*held[:-1], step.junk)
     return held
@@ -239,11 +253,14 @@ class SlotBook:
         def rank(slot: int) -> tuple[int, int]:
             held = self.holds[slot]
             if by_prefix:  # the longest prefix held, as llama-server itself chooses
-                return (-common_prefix(held.tokens, segment) if held else 0,
-                        self._last_use[slot])
-            same = (held is not None and held.s_len == len(segment)
-                    and held.tokens[:len(segment)] == segment)
+                return (-common_prefix(held.tokens, segment) if held else 0, self._last_use[slot])
+            same = (
+                held is not None
+                and held.s_len == len(segment)
+                and held.tokens[: len(segment)] == segment
+            )
             return (0 if same else 1 if held is None else 2, self._last_use[slot])
+
         return min(self._free, key=rank)
 
     def _worth_waiting(self, prompt: tuple[int, ...]) -> int | None:
@@ -253,11 +270,20 @@ class SlotBook:
         evaluate there (each about this one's own part, plus ``READ_TOKENS``): the slot
         leaving most; or None: then the first free slot, or the first to be freed."""
         if self._free:  # what a free slot would spare
-            free = max((common_prefix(known.tokens, prompt) for s in self._free
-                        if (known := self.holds[s]) is not None), default=0)
+            free = max(
+                (
+                    common_prefix(known.tokens, prompt)
+                    for s in self._free
+                    if (known := self.holds[s]) is not None
+                ),
+                default=0,
+            )
         else:  # every slot leased: what any of them will hold
-            free = min(common_prefix(reading, prompt) for reading in self._reading.values()) \
-                if len(self._reading) == self.size else 0
+            free = (
+                min(common_prefix(reading, prompt) for reading in self._reading.values())
+                if len(self._reading) == self.size
+                else 0
+            )
         best, gain = None, 0
         for slot, reading in self._reading.items():
             shared = common_prefix(reading, prompt)
@@ -325,8 +351,12 @@ class _Lease:
             self._book._reading[self._slot] = self._segment
         return self._slot
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         held = self._book.holds[self._slot]
         if exc_type is not None and not (held is not None and held.partial):
             self._book.holds[self._slot] = None  # a request cut short: the slot is unknown

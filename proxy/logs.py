@@ -10,8 +10,9 @@ __all__ = ["setup_logging"]
 
 
 def setup_logging(worker: str = "") -> None:
-    logging.basicConfig(level=logging.INFO,
-                        format=f"%(asctime)s %(name)s{worker} %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(name)s{worker} %(levelname)s %(message)s"
+    )
     logging.getLogger("aiohttp.server").addFilter(_bad_requests_in_one_line)
 
 

@@ -30,15 +30,39 @@ from .decision.readout import Decision, choice_confidence, score_confidence
 from .errors import UpstreamBadResponse, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 __all__ = [
-    "Metrics", "CONTENT_TYPE", "UpstreamClock", "upstream_timer", "upstream_seconds",
-    "after_reply", "merged",
+    "Metrics",
+    "CONTENT_TYPE",
+    "UpstreamClock",
+    "upstream_timer",
+    "upstream_seconds",
+    "after_reply",
+    "merged",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # fine around a small model's decision (10-25 ms on a CPU), then coarse up to the deadline
-_LATENCY = (0.002, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-            2.5, 5, 10, 25, 60)
+_LATENCY = (
+    0.002,
+    0.005,
+    0.0075,
+    0.01,
+    0.0125,
+    0.015,
+    0.02,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    25,
+    60,
+)
 _UNIT = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+
 
 def after_reply(record: Callable[..., None], *args: Any) -> None:
     """Run ``record(*args)`` when the current task next yields. A handler's answer is
@@ -101,8 +125,9 @@ def upstream_seconds() -> UpstreamClock:
 
 
 # every kind an upstream failure is counted under, exposed at 0 from the start
-_UPSTREAM_KINDS = tuple(e.code for e in (UpstreamError, UpstreamUnavailable, UpstreamTimeout,
-                                         UpstreamBadResponse))
+_UPSTREAM_KINDS = tuple(
+    e.code for e in (UpstreamError, UpstreamUnavailable, UpstreamTimeout, UpstreamBadResponse)
+)
 _KINDS = ("choice", "score", "noul")
 
 
@@ -113,39 +138,66 @@ class Metrics:
         ProcessCollector(registry=r)  # process_*: memory, CPU, open files (Linux)
         r.register(PLATFORM_COLLECTOR)  # python_info
         self.latency = Histogram(
-            "semif_request_duration_seconds", "Request latency by route, kind and outcome",
-            ["route", "kind", "outcome"], buckets=_LATENCY, registry=r)
+            "semif_request_duration_seconds",
+            "Request latency by route, kind and outcome",
+            ["route", "kind", "outcome"],
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.upstream_time = Histogram(
             "semif_decision_upstream_seconds",
             "Time a decision request spent waiting on llama-server",
-            ["route"], buckets=_LATENCY, registry=r)
+            ["route"],
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.proxy_time = Histogram(
-            "semif_decision_proxy_seconds", "Time a decision request spent in the proxy itself",
-            ["route"], buckets=_LATENCY, registry=r)
+            "semif_decision_proxy_seconds",
+            "Time a decision request spent in the proxy itself",
+            ["route"],
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.in_flight = Gauge(
-            "semif_requests_in_flight", "Requests being served", ["route"], registry=r)
+            "semif_requests_in_flight", "Requests being served", ["route"], registry=r
+        )
         self.questions = Histogram(
-            "semif_questions_per_request", "Questions in one decision request",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 400), registry=r)
+            "semif_questions_per_request",
+            "Questions in one decision request",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 400),
+            registry=r,
+        )
         self.options = Histogram(
-            "semif_options_per_question", "Options of one question",
-            buckets=(2, 3, 5, 10, 26, 64, 128, 255), registry=r)
+            "semif_options_per_question",
+            "Options of one question",
+            buckets=(2, 3, 5, 10, 26, 64, 128, 255),
+            registry=r,
+        )
         self.label_mass = Histogram(
-            "semif_label_mass_ratio", "Raw probability mass the model gave the labels",
-            buckets=_UNIT, registry=r)
+            "semif_label_mass_ratio",
+            "Raw probability mass the model gave the labels",
+            buckets=_UNIT,
+            registry=r,
+        )
         self.confidence = Histogram(
-            "semif_decision_confidence_ratio", "Confidence of choice and score answers",
-            ["type"], buckets=_UNIT, registry=r)
+            "semif_decision_confidence_ratio",
+            "Confidence of choice and score answers",
+            ["type"],
+            buckets=_UNIT,
+            registry=r,
+        )
         self.decisions = Counter(
-            "semif_decisions", "Questions answered, by question type", ["type"], registry=r)
+            "semif_decisions", "Questions answered, by question type", ["type"], registry=r
+        )
         self.wide_reads = Counter(
-            "semif_wide_reads", "Readouts that needed a wider read to know every label",
-            registry=r)
+            "semif_wide_reads", "Readouts that needed a wider read to know every label", registry=r
+        )
         self.upstream_errors = Counter(
-            "semif_upstream_errors", "llama-server failures by kind", ["kind"], registry=r)
+            "semif_upstream_errors", "llama-server failures by kind", ["kind"], registry=r
+        )
         self.client_errors = Counter(
-            "semif_client_errors", "4xx answers by reason (overloaded: 429)", ["reason"],
-            registry=r)
+            "semif_client_errors", "4xx answers by reason (overloaded: 429)", ["reason"], registry=r
+        )
         for kind in _UPSTREAM_KINDS:  # a series at 0 from the start, not "No data"
             self.upstream_errors.labels(kind)
         self.client_errors.labels("overloaded")
@@ -153,25 +205,40 @@ class Metrics:
         self.unrepeatable_reads = Counter(
             "semif_unrepeatable_reads",
             "Reads whose llama-server slot changed under them (a replay may differ)",
-            registry=r)
+            registry=r,
+        )
         self.repeatable = Gauge(
             "semif_read_repeatable",
             "1 when the self-check's reads of a known prompt agreed bit for bit, 0 when not "
-            "(summed over --workers)", ["model"], registry=r)
+            "(summed over --workers)",
+            ["model"],
+            registry=r,
+        )
         self.decisions_active = Gauge(
-            "semif_decisions_active", "Decision requests holding an admission place", registry=r)
+            "semif_decisions_active", "Decision requests holding an admission place", registry=r
+        )
         self.decisions_queued = Gauge(
-            "semif_decisions_queued", "Decision requests waiting for an admission place",
-            registry=r)
+            "semif_decisions_queued", "Decision requests waiting for an admission place", registry=r
+        )
         self.rerank_documents = Histogram(
-            "semif_rerank_documents", "Documents in one rerank request",
-            ["method"], buckets=(1, 2, 5, 10, 20, 50, 100, 255, 1000), registry=r)
+            "semif_rerank_documents",
+            "Documents in one rerank request",
+            ["method"],
+            buckets=(1, 2, 5, 10, 20, 50, 100, 255, 1000),
+            registry=r,
+        )
         self.rerank_seconds = Histogram(
-            "semif_rerank_seconds_per_document", "A rerank request's latency per document",
-            ["method"], buckets=_LATENCY, registry=r)
+            "semif_rerank_seconds_per_document",
+            "A rerank request's latency per document",
+            ["method"],
+            buckets=_LATENCY,
+            registry=r,
+        )
         self.worker_processes = Gauge(
             "semif_worker_processes",
-            "Proxy processes whose counts this scrape includes (--workers)", registry=r)
+            "Proxy processes whose counts this scrape includes (--workers)",
+            registry=r,
+        )
         self.worker_processes.set(1)
 
         self._route: dict[str, tuple[Any, Any]] = {}
@@ -194,8 +261,15 @@ class Metrics:
         self, route: str, kind: str, status: int, elapsed_s: float, upstream_s: float
     ) -> None:
         self._active[route] -= 1
-        outcome = ("ok" if status < 400 else "client_error" if status < 500
-                   else "server_error" if status == 500 else "upstream_error")
+        outcome = (
+            "ok"
+            if status < 400
+            else "client_error"
+            if status < 500
+            else "server_error"
+            if status == 500
+            else "upstream_error"
+        )
         key = (route, kind, outcome)
         latency = self._latency.get(key)
         if latency is None:  # routes, kinds and outcomes are fixed sets: bounded
@@ -205,7 +279,9 @@ class Metrics:
             children = self._route.get(route)
             if children is None:
                 children = self._route[route] = (
-                    self.upstream_time.labels(route), self.proxy_time.labels(route))
+                    self.upstream_time.labels(route),
+                    self.proxy_time.labels(route),
+                )
             children[0].observe(upstream_s)
             children[1].observe(max(0.0, elapsed_s - upstream_s))
 

@@ -37,8 +37,7 @@ __all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "count_error", "render_e
 
 log = logging.getLogger("proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-OPEN_PATHS = frozenset({"/health", "/livez", "/ping", "/metrics", "/openapi.json",
-                        "/playground"})
+OPEN_PATHS = frozenset({"/health", "/livez", "/ping", "/metrics", "/openapi.json", "/playground"})
 # the request body codings aiohttp decodes (with backports.zstd and Brotli installed);
 # the size limit applies to the decoded body, so a small body cannot inflate past it
 DECODED = frozenset({"gzip", "deflate", "br", "zstd", "identity"})
@@ -64,12 +63,18 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
         except web.HTTPRequestEntityTooLarge:
             limit = request.app[SETTINGS].max_body_bytes
             coded = " (decoded)" if "Content-Encoding" in request.headers else ""
-            response = _render(request, RequestTooLarge(
-                f"the body{coded} is larger than the limit of {limit} bytes"))
+            response = _render(
+                request,
+                RequestTooLarge(f"the body{coded} is larger than the limit of {limit} bytes"),
+            )
         except RequestPayloadError as exc:  # aiohttp could not decode or de-chunk the body
             cause = getattr(exc.__cause__, "message", None) or str(exc) or "malformed"
-            response = _render(request, InvalidRequest(
-                f"the request body could not be read: {cause.strip()}", code="bad_body"))
+            response = _render(
+                request,
+                InvalidRequest(
+                    f"the request body could not be read: {cause.strip()}", code="bad_body"
+                ),
+            )
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -87,18 +92,26 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
             response.headers["Server-Timing"] = timing
         return response
     finally:
-        after_reply(metrics.request_finished, route, request.get(KIND, "other"), status,
-                    time.perf_counter() - started, upstream.seconds)
+        after_reply(
+            metrics.request_finished,
+            route,
+            request.get(KIND, "other"),
+            status,
+            time.perf_counter() - started,
+            upstream.seconds,
+        )
 
 
 def _unexpected(request: web.Request, exc: BaseException) -> web.Response:
     """A failure no handler expected: logged with a request id and its traceback, answered
     500 in the route's error shape (never aiohttp's text 500), the id in ``X-Request-Id``."""
     request_id = uuid.uuid4().hex[:16]
-    log.error("%s %s failed (request id %s)", request.method, request.path, request_id,
-              exc_info=exc)
-    response = _render(request, ProxyError(
-        f"the proxy failed to answer this request (request id {request_id})"))
+    log.error(
+        "%s %s failed (request id %s)", request.method, request.path, request_id, exc_info=exc
+    )
+    response = _render(
+        request, ProxyError(f"the proxy failed to answer this request (request id {request_id})")
+    )
     response.headers["X-Request-Id"] = request_id
     return response
 
@@ -110,7 +123,9 @@ def _check_encoding(request: web.Request) -> None:
     if coding is not None and coding.strip().lower() not in DECODED:
         raise UnsupportedEncoding(
             f"Content-Encoding {coding!r} is not supported: send the body plain or as "
-            "gzip, deflate, br or zstd (one coding)", param="Content-Encoding")
+            "gzip, deflate, br or zstd (one coding)",
+            param="Content-Encoding",
+        )
 
 
 def _authenticate(request: web.Request) -> None:
@@ -145,13 +160,15 @@ def count_error(app: web.Application, method: str, path: str, err: ProxyError) -
         metrics.client_errors.labels(err.code).inc()
 
 
-def render_error(app: web.Application, method: str, path: str, api: str, err: ProxyError
-                 ) -> web.Response:
+def render_error(
+    app: web.Application, method: str, path: str, api: str, err: ProxyError
+) -> web.Response:
     """``err`` counted and rendered in its API's error body ("openai" or "systemone")."""
     count_error(app, method, path, err)
     status, body, headers = system_one_error(err) if api == "systemone" else openai_error(err)
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json",
-                        headers=headers)
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
 
 
 MIDDLEWARES = (_serve,)

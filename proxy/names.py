@@ -30,11 +30,12 @@ class ModelNames:
     path: str = ""  # accepted, never listed
 
     def accepts(self, name: str | None) -> bool:
-        return name in self.listed or bool(self.path) and name == self.path
+        return name in self.listed or (bool(self.path) and name == self.path)
 
 
-def model_names(model_id: str, aliases: Sequence[str] = (), path: str = "",
-                configured: Sequence[str] = ()) -> ModelNames:
+def model_names(
+    model_id: str, aliases: Sequence[str] = (), path: str = "", configured: Sequence[str] = ()
+) -> ModelNames:
     """The served model's names (module docstring), each once, in a fixed order."""
     names = [*SDK_NAMES, *configured, model_id, *aliases, PurePath(model_id).stem]
     return ModelNames(tuple(dict.fromkeys(n for n in names if n)), path)

@@ -18,12 +18,16 @@ _PEER_TIMEOUT_S = 2.0
 async def peer_metrics(sockets: tuple[str, ...]) -> list[str]:
     """The other workers' expositions; a worker that does not answer (it is starting
     again) is left out, and ``semif_worker_processes`` shows it."""
+
     async def one(path: str) -> str | None:
         try:
-            async with aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=path),
-                timeout=aiohttp.ClientTimeout(total=_PEER_TIMEOUT_S),
-            ) as session, session.get("http://worker/metrics") as resp:
+            async with (
+                aiohttp.ClientSession(
+                    connector=aiohttp.UnixConnector(path=path),
+                    timeout=aiohttp.ClientTimeout(total=_PEER_TIMEOUT_S),
+                ) as session,
+                session.get("http://worker/metrics") as resp,
+            ):
                 return await resp.text() if resp.status == 200 else None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.warning("worker metrics at %s not read: %s", path, exc)

@@ -18,15 +18,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .calibration import profile as profiles
-from .decision.prompt import PROMPT_FORMAT_VERSION
 from .decision.debias import divide_out, shifts
+from .decision.outcome import Outcome
+from .decision.prompt import PROMPT_FORMAT_VERSION
 from .decision.question import Question
 from .errors import InvalidRequest
-from .decision.outcome import Outcome
 from .upstream import ModelInfo
 
-__all__ = ["ProfileStore", "ProfileRefused", "DebiasPlan", "calibrate", "debias_for",
-           "NO_PROFILE"]
+__all__ = ["ProfileStore", "ProfileRefused", "DebiasPlan", "calibrate", "debias_for", "NO_PROFILE"]
 
 NO_PROFILE = "none"
 _log = logging.getLogger("proxy.profiles")
@@ -49,8 +48,9 @@ class ProfileStore:
         self._cache: dict[str, tuple[float, profiles.Profile]] = {}
         self._warned: set[tuple[str, str, str]] = set()
 
-    def select(self, requested: str | None, *, param: str,
-               info: ModelInfo | None = None) -> profiles.Profile | None:
+    def select(
+        self, requested: str | None, *, param: str, info: ModelInfo | None = None
+    ) -> profiles.Profile | None:
         """The profile a request asked for (or the default); ``None`` for none. The
         default applies only to the model it was fitted for (``info``): behind a
         llama-server router, requests for the other models get none."""
@@ -58,15 +58,15 @@ class ProfileStore:
         if name is None or name == NO_PROFILE:
             return None
         found = self._load(name, param=param)
-        if requested is None and info is not None and not profiles.same_model(
-                found.model, info.id):
+        if requested is None and info is not None and not profiles.same_model(found.model, info.id):
             return None
         return found
 
     def _load(self, name: str, *, param: str) -> profiles.Profile:
         if len(name) > _MAX_NAME:
-            raise ProfileRefused(f"calibration profile names are at most {_MAX_NAME} characters",
-                                 param=param)
+            raise ProfileRefused(
+                f"calibration profile names are at most {_MAX_NAME} characters", param=param
+            )
         try:
             path = profiles.profile_path(name, self._dir)
             try:
@@ -80,8 +80,15 @@ class ProfileStore:
         except (profiles.ProfileError, OSError) as err:
             raise ProfileRefused(str(err), param=param) from err
 
-    def check(self, profile: profiles.Profile, info: ModelInfo, *, param: str,
-              version: str = PROMPT_FORMAT_VERSION, scheme: str = "") -> None:
+    def check(
+        self,
+        profile: profiles.Profile,
+        info: ModelInfo,
+        *,
+        param: str,
+        version: str = PROMPT_FORMAT_VERSION,
+        scheme: str = "",
+    ) -> None:
         """Refuse a profile fitted for another model or prompt format (the request's
         layout); warn (once per profile and build, or read scheme) when it was fitted on
         another llama.cpp build or read scheme: the numbers can differ slightly."""
@@ -89,20 +96,31 @@ class ProfileStore:
             profiles.check_compatible(profile, info.id, version)
         except profiles.ProfileMismatch as err:
             raise ProfileRefused(str(err), param=param) from err
-        if (profile.read_scheme and scheme and profile.read_scheme != scheme
-                and (seen := (profile.name, profile.read_scheme, scheme)) not in self._warned):
+        if (
+            profile.read_scheme
+            and scheme
+            and profile.read_scheme != scheme
+            and (seen := (profile.name, profile.read_scheme, scheme)) not in self._warned
+        ):
             self._warned.add(seen)
             _log.warning(
                 "calibration profile %r was fitted on reads of the %s scheme and is applied "
                 "on %s: the numbers can differ slightly; refit it (docs/calibration.md)",
-                profile.name, profile.read_scheme, scheme)
+                profile.name,
+                profile.read_scheme,
+                scheme,
+            )
         if profiles.other_build(profile, info.build) and (
-                (seen := (profile.name, profile.llama_build, info.build)) not in self._warned):
+            (seen := (profile.name, profile.llama_build, info.build)) not in self._warned
+        ):
             self._warned.add(seen)
             _log.warning(
                 "calibration profile %r was fitted on llama.cpp %s and is applied on %s: "
                 "the builds' probabilities can differ slightly; refit it on this build",
-                profile.name, profile.llama_build, info.build)
+                profile.name,
+                profile.llama_build,
+                info.build,
+            )
 
 
 @dataclass(frozen=True)
@@ -119,8 +137,14 @@ class DebiasPlan:
 _NO_PLAN = DebiasPlan()
 
 
-def debias_for(profile: profiles.Profile | None, question: Question, method: str | None,
-               requested: Sequence[int], *, param: str) -> DebiasPlan:
+def debias_for(
+    profile: profiles.Profile | None,
+    question: Question,
+    method: str | None,
+    requested: Sequence[int],
+    *,
+    param: str,
+) -> DebiasPlan:
     """The request's debiasing, else the profile's. PriDe needs the profile's prior for
     this question type and option count; without one the question is read cyclically
     (the profile's answers were debiased, so a plain read would not fit them) and the
@@ -134,21 +158,28 @@ def debias_for(profile: profiles.Profile | None, question: Question, method: str
         return DebiasPlan("contextual")
     if wanted == "pride":
         if profile is None or not profile.position_prior:
-            raise InvalidRequest("debias \"pride\" divides out a position prior estimated by "
-                                 "`python -m proxy calibrate --debias pride`: name a profile "
-                                 "fitted that way", param=param)
+            raise InvalidRequest(
+                'debias "pride" divides out a position prior estimated by '
+                "`python -m proxy calibrate --debias pride`: name a profile "
+                "fitted that way",
+                param=param,
+            )
         n = len(question.names)
         prior = profile.prior(question.kind, n)
         if prior is None:
-            return DebiasPlan("cyclic", tuple(shifts(n)),
-                              note=f"no position prior for {question.kind} questions with "
-                                   f"{n} options in profile {profile.name!r}: read cyclically")
+            return DebiasPlan(
+                "cyclic",
+                tuple(shifts(n)),
+                note=f"no position prior for {question.kind} questions with "
+                f"{n} options in profile {profile.name!r}: read cyclically",
+            )
         return DebiasPlan("pride", prior=prior)
     return DebiasPlan()
 
 
-def calibrate(profile: profiles.Profile | None, outcome: Outcome, plan: DebiasPlan,
-              floor: float | None = None) -> Outcome:
+def calibrate(
+    profile: profiles.Profile | None, outcome: Outcome, plan: DebiasPlan, floor: float | None = None
+) -> Outcome:
     """The outcome with the position prior divided out (PriDe), then calibrated
     probabilities, their argmax, the method and the route with its reason."""
     if profile is None and plan == _NO_PLAN:
@@ -164,12 +195,16 @@ def calibrate(profile: profiles.Profile | None, outcome: Outcome, plan: DebiasPl
     method = profile.method(kind)
     # temperature scaling keeps the choice (taken from the log-probabilities, which
     # rounding cannot tie); the other maps may move it on purpose
-    best = decision.best if method in ("none", "temperature") else max(
-        range(len(probs)), key=lambda i: probs[i])
+    best = (
+        decision.best
+        if method in ("none", "temperature")
+        else max(range(len(probs)), key=lambda i: probs[i])
+    )
     route, reason = profiles.route(profile, probs, decision.label_mass, floor)
     return replace(
         outcome,
         decision=replace(decision, probabilities=probs, best=best),
         calibration={"profile": profile.name, "method": method},
-        route=route, route_reason=reason,
+        route=route,
+        route_reason=reason,
     )

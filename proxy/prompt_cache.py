@@ -31,8 +31,7 @@ Prompt = tuple[tuple[int, ...], int]
 class PromptCache:
     def __init__(self, upstream: Upstream):
         self._upstream = upstream
-        self._layouts: BoundedCache[tuple[Any, ...], tuple[str, str]] = BoundedCache(
-            _MAX_LAYOUTS)
+        self._layouts: BoundedCache[tuple[Any, ...], tuple[str, str]] = BoundedCache(_MAX_LAYOUTS)
         self._prompts: BoundedCache[bytes, Prompt] = BoundedCache(_MAX_PROMPTS)
         self._segments: BoundedCache[str, tuple[int, ...]] = BoundedCache(_MAX_SEGMENTS)
 
@@ -47,8 +46,9 @@ class PromptCache:
                 self._layouts.put(key, layout)
         return layout
 
-    async def prompt(self, convo: list[dict[str, Any]], block: str,
-                     kwargs: Mapping[str, Any], ubatch: int) -> Prompt | None:
+    async def prompt(
+        self, convo: list[dict[str, Any]], block: str, kwargs: Mapping[str, Any], ubatch: int
+    ) -> Prompt | None:
         """The prompt's tokens (as llama-server's chat endpoint would make them) and the
         length of its shared segment: the tokens it has in common with the text before
         the options block tokenised alone (whitespace before the block may tokenise

@@ -48,9 +48,17 @@ class Reader:
     prefix scheme; 0: the segment scheme. ``on_fresh`` is called when the slots are first
     counted and whenever llama-server came back (its slots are then new)."""
 
-    def __init__(self, upstream: Upstream, discovery: Discovery, *, ubatch: int,
-                 worker: tuple[int, int], admission: Admission, metrics: Metrics | None,
-                 on_fresh: Callable[[], None]):
+    def __init__(
+        self,
+        upstream: Upstream,
+        discovery: Discovery,
+        *,
+        ubatch: int,
+        worker: tuple[int, int],
+        admission: Admission,
+        metrics: Metrics | None,
+        on_fresh: Callable[[], None],
+    ):
         self._upstream = upstream
         self._discovery = discovery
         self.ubatch = ubatch if 2 <= ubatch <= MAX_SMALL_CHUNK else 0
@@ -88,8 +96,16 @@ class Reader:
         if self._book is not None:
             self._book.forget()
 
-    async def read(self, book: SlotBook, slot: int, prompt: tuple[int, ...], s_len: int,
-                   width: int, grammar: str, ubatch: int) -> tuple[NextToken, int]:
+    async def read(
+        self,
+        book: SlotBook,
+        slot: int,
+        prompt: tuple[int, ...],
+        s_len: int,
+        width: int,
+        grammar: str,
+        ubatch: int,
+    ) -> tuple[NextToken, int]:
         """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
         and the tokens evaluated for it. A slot found changed under the read (llama-server
         reused other than expected) starts it again from a cold shared segment; if that
@@ -106,15 +122,22 @@ class Reader:
             if read is not None:
                 return read, spent
         while restarts < 2:
-            steps = (plan_prefix(book.holds[slot], prompt, ubatch) if ubatch
-                     else plan(book.holds[slot], s_len, prompt))
+            steps = (
+                plan_prefix(book.holds[slot], prompt, ubatch)
+                if ubatch
+                else plan(book.holds[slot], s_len, prompt)
+            )
             for step in steps:
                 sent = after(step, prompt)
                 last = step is steps[-1]
                 try:
                     done = await self.complete(
-                        sent, slot=slot, cache=step.cache, n_probs=width if last else 0,
-                        grammar=grammar if last else None)
+                        sent,
+                        slot=slot,
+                        cache=step.cache,
+                        n_probs=width if last else 0,
+                        grammar=grammar if last else None,
+                    )
                 except BaseException:
                     if ubatch:  # what was evaluated stays for a retry (kv.Held.partial)
                         book.holds[slot] = Held(sent, 0, lone_last(step, ubatch), partial=True)
@@ -127,28 +150,41 @@ class Reader:
                 book.holds[slot] = Held(sent, s_len, ubatch > 0 and lone_last(step, ubatch))
             else:
                 return done.read, spent
-        done = await self.complete(prompt, slot=slot, cache=True, n_probs=width,
-                                   grammar=grammar)
+        done = await self.complete(prompt, slot=slot, cache=True, n_probs=width, grammar=grammar)
         book.holds[slot] = None
-        log.warning("llama-server slot %d kept changing under a read (reused %d of %d "
-                    "tokens): this answer may differ from a replay", slot, done.cached,
-                    len(prompt))
+        log.warning(
+            "llama-server slot %d kept changing under a read (reused %d of %d "
+            "tokens): this answer may differ from a replay",
+            slot,
+            done.cached,
+            len(prompt),
+        )
         if self._metrics:
             self._metrics.unrepeatable_reads.inc()
         return done.read, spent + done.read.prompt_evaluated
 
-    async def _resume(self, book: SlotBook, slot: int, held: Held, prompt: tuple[int, ...],
-                      width: int, grammar: str, ubatch: int) -> tuple[NextToken | None, int]:
+    async def _resume(
+        self,
+        book: SlotBook,
+        slot: int,
+        held: Held,
+        prompt: tuple[int, ...],
+        width: int,
+        grammar: str,
+        ubatch: int,
+    ) -> tuple[NextToken | None, int]:
         """After a read cut short in ``slot``: read after ``prompt`` on whatever the slot
         kept, and record what it then holds. The read when its last row went alone (or the
         prompt fits the first 256 cells), as the canonical plan's does, else None; and the
         tokens evaluated."""
         try:
-            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width,
-                                       grammar=grammar)
+            done = await self.complete(
+                prompt, slot=slot, cache=True, n_probs=width, grammar=grammar
+            )
         except BaseException:
-            book.holds[slot] = Held(prompt, 0, lone_last(Step(len(prompt), True, 0, 1),
-                                                         ubatch), partial=True)
+            book.holds[slot] = Held(
+                prompt, 0, lone_last(Step(len(prompt), True, 0, 1), ubatch), partial=True
+            )
             raise
         n = len(prompt)
         got = Step(n, True, done.cached, done.read.prompt_evaluated)
@@ -159,8 +195,15 @@ class Reader:
         alone = n <= LONE_ROW_CELLS or book.holds[slot].lone_last
         return (done.read if alone else None), got.evaluated
 
-    async def complete(self, tokens: Sequence[int], *, slot: int, cache: bool,
-                       n_probs: int = 0, grammar: str | None = None) -> Completion:
+    async def complete(
+        self,
+        tokens: Sequence[int],
+        *,
+        slot: int,
+        cache: bool,
+        n_probs: int = 0,
+        grammar: str | None = None,
+    ) -> Completion:
         """``Upstream.complete``, timed: a step no other step of this reader ran beside
         teaches the cost model what such a step costs."""
         alone = self._steps_running == 0
@@ -169,12 +212,18 @@ class Reader:
         mark = self._steps_started
         started = time.monotonic()
         try:
-            done = await self._upstream.complete(tokens, slot=slot, cache=cache,
-                                                 n_probs=n_probs, grammar=grammar)
+            done = await self._upstream.complete(
+                tokens, slot=slot, cache=cache, n_probs=n_probs, grammar=grammar
+            )
         finally:
             self._steps_running -= 1
         if alone and mark == self._steps_started and done.seconds > 0:
             evaluated = done.read.prompt_evaluated
-            self.cost.observe(kind_of(evaluated, self.ubatch), evaluated, done.cached,
-                              done.seconds, time.monotonic() - started)
+            self.cost.observe(
+                kind_of(evaluated, self.ubatch),
+                evaluated,
+                done.cached,
+                done.seconds,
+                time.monotonic() - started,
+            )
         return done

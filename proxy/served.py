@@ -40,8 +40,14 @@ class UnknownModel(LookupError):
 
 
 class ServedModels:
-    def __init__(self, upstream: Upstream, make: Callable[[Upstream], DecisionService], *,
-                 default_model: str = "", aliases: str = ""):
+    def __init__(
+        self,
+        upstream: Upstream,
+        make: Callable[[Upstream], DecisionService],
+        *,
+        default_model: str = "",
+        aliases: str = "",
+    ):
         self._upstream = upstream
         self._make = make
         self._default_name = default_model
@@ -109,16 +115,17 @@ class ServedModels:
                 if self._default_name == entry.id or self._default_name in entry.aliases:
                     return entry.id
             # the server's configuration, not the request: a 500 that names the setting
-            raise ProxyError(f"PROXY_DEFAULT_MODEL is {self._default_name!r}, which "
-                             f"llama-server does not list ({[e.id for e in listed]})",
-                             code="default_model_not_served")
+            raise ProxyError(
+                f"PROXY_DEFAULT_MODEL is {self._default_name!r}, which "
+                f"llama-server does not list ({[e.id for e in listed]})",
+                code="default_model_not_served",
+            )
         return listed[0].id
 
     def names_of(self, info: ModelInfo, *, default: bool) -> ModelNames:
         """What requests may call the model ``info``: the default model also answers to
         the APIs' default names and the configured aliases (proxy/names.py)."""
-        names = model_names(info.id, info.aliases, info.path,
-                            self._configured if default else ())
+        names = model_names(info.id, info.aliases, info.path, self._configured if default else ())
         if default:
             return names
         return ModelNames(tuple(n for n in names.listed if n not in SDK_NAMES), names.path)
@@ -130,8 +137,11 @@ class ServedModels:
         if found is None:  # not seen yet: the router's list may have grown
             found = _find(await self.listed(), name)
         if found is None:
-            names = [*SDK_NAMES, *self._configured,
-                     *(n for e in self._listed for n in (e.id, *e.aliases))]
+            names = [
+                *SDK_NAMES,
+                *self._configured,
+                *(n for e in self._listed for n in (e.id, *e.aliases)),
+            ]
             raise UnknownModel(name, tuple(dict.fromkeys(names)))
         return found
 

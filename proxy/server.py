@@ -24,21 +24,34 @@ KEEPALIVE_S = 75.0  # aiohttp's default
 
 
 class Server:
-    def __init__(self, app: web.Application, settings: Settings, *,
-                 keepalive_s: float = KEEPALIVE_S, reuse_port: bool = False):
+    def __init__(
+        self,
+        app: web.Application,
+        settings: Settings,
+        *,
+        keepalive_s: float = KEEPALIVE_S,
+        reuse_port: bool = False,
+    ):
         self._settings = settings
         self._reuse_port = reuse_port
         self._runner = web.AppRunner(
-            app, handle_signals=False, access_log=None,
+            app,
+            handle_signals=False,
+            access_log=None,
             handler_cancellation=True,  # a client that disconnects cancels its upstream call
-            keepalive_timeout=keepalive_s, shutdown_timeout=settings.shutdown_timeout_s,
+            keepalive_timeout=keepalive_s,
+            shutdown_timeout=settings.shutdown_timeout_s,
         )
         self._closed = False
 
     async def start(self) -> None:
         await self._runner.setup()
-        await web.TCPSite(self._runner, self._settings.host, self._settings.port,
-                          reuse_port=self._reuse_port or None).start()
+        await web.TCPSite(
+            self._runner,
+            self._settings.host,
+            self._settings.port,
+            reuse_port=self._reuse_port or None,
+        ).start()
 
     @property
     def port(self) -> int:
@@ -51,9 +64,14 @@ class Server:
             await self._runner.cleanup()
 
 
-async def serve(app: web.Application, settings: Settings, *, reuse_port: bool = False,
-                beside: web.AppRunner | None = None,
-                on_ready: Callable[[], object] | None = None) -> None:
+async def serve(
+    app: web.Application,
+    settings: Settings,
+    *,
+    reuse_port: bool = False,
+    beside: web.AppRunner | None = None,
+    on_ready: Callable[[], object] | None = None,
+) -> None:
     """Serve until SIGINT or SIGTERM, then drain (see ``Server.close``). ``beside`` is
     a runner already set up (a worker's private metrics socket), cleaned up last;
     ``on_ready`` is called once the port is listening."""

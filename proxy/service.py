@@ -104,12 +104,14 @@ class Asked:
     label_mass_floor: float | None = None
 
     @classmethod
-    def about_state(cls, state_text: str, questions: Mapping[str, Question],
-                    **wishes: Any) -> Asked:
+    def about_state(
+        cls, state_text: str, questions: Mapping[str, Question], **wishes: Any
+    ) -> Asked:
         """Questions about a state (System One, Decisions, rerank): each asked in its own
         prompt, state first and question last, so no answer depends on the others."""
-        return cls(state_messages(state_text), questions,
-                   free=state_messages(CONTENT_FREE), **wishes)
+        return cls(
+            state_messages(state_text), questions, free=state_messages(CONTENT_FREE), **wishes
+        )
 
 
 class DecisionService:
@@ -117,9 +119,16 @@ class DecisionService:
     may name (None: none, as in tests)."""
 
     def __init__(
-        self, upstream: Upstream, *, n_probs: int, question_fanout: int = 1,
-        metrics: Metrics | None = None, admission: Admission | None = None,
-        worker: tuple[int, int] = (0, 1), ubatch: int = 0, self_check: bool = False,
+        self,
+        upstream: Upstream,
+        *,
+        n_probs: int,
+        question_fanout: int = 1,
+        metrics: Metrics | None = None,
+        admission: Admission | None = None,
+        worker: tuple[int, int] = (0, 1),
+        ubatch: int = 0,
+        self_check: bool = False,
         profiles: ProfileStore | None = None,
     ):
         self._upstream = upstream
@@ -133,15 +142,20 @@ class DecisionService:
         self._discovery = Discovery(upstream)
         self._catalogue = LabelCatalogue(upstream, self._discovery)
         self._prompts = PromptCache(upstream)
-        self._reader = Reader(upstream, self._discovery, ubatch=ubatch, worker=worker,
-                              admission=self._admission, metrics=metrics,
-                              on_fresh=self._start_check)
+        self._reader = Reader(
+            upstream,
+            self._discovery,
+            ubatch=ubatch,
+            worker=worker,
+            admission=self._admission,
+            metrics=metrics,
+            on_fresh=self._start_check,
+        )
         self._check = Check(self.scheme, None)
         self._checking: asyncio.Task[None] | None = None
         self._self_check = self_check  # run check() when the slots are first counted
         # (question, template, layout) JSON -> the content-free answer: see _free_answer
-        self._content_free: BoundedCache[bytes, tuple[float, ...]] = BoundedCache(
-            _MAX_CONTENT_FREE)
+        self._content_free: BoundedCache[bytes, tuple[float, ...]] = BoundedCache(_MAX_CONTENT_FREE)
         # option count -> reads its last decision took
         self._reads_needed: BoundedCache[int, int] = BoundedCache(_MAX_OPTION_COUNTS)
 
@@ -151,19 +165,32 @@ class DecisionService:
         """Every question's outcome, by id: debiased as asked (else as the profile says),
         then calibrated and routed by the profile."""
         profile = await self._profile(asked)
-        plans = {qid: debias_for(profile if asked.profile_debias else None, question,
-                                 asked.debias_method, asked.debias.get(qid, ()),
-                                 param=asked.debias_param)
-                 for qid, question in asked.questions.items()}
+        plans = {
+            qid: debias_for(
+                profile if asked.profile_debias else None,
+                question,
+                asked.debias_method,
+                asked.debias.get(qid, ()),
+                param=asked.debias_param,
+            )
+            for qid, question in asked.questions.items()
+        }
         free = asked.free
         if free is None and any(plan.method == "contextual" for plan in plans.values()):
             free = content_free(asked.messages)
         outcomes = await self._ask(
-            asked.messages, free, asked.questions, asked.template_kwargs, asked.layout,
+            asked.messages,
+            free,
+            asked.questions,
+            asked.template_kwargs,
+            asked.layout,
             {qid: plan.shifts for qid, plan in plans.items() if plan.shifts},
-            frozenset(qid for qid, plan in plans.items() if plan.method == "contextual"))
-        return {qid: calibrate(profile, outcome, plans[qid], asked.label_mass_floor)
-                for qid, outcome in outcomes.items()}
+            frozenset(qid for qid, plan in plans.items() if plan.method == "contextual"),
+        )
+        return {
+            qid: calibrate(profile, outcome, plans[qid], asked.label_mass_floor)
+            for qid, outcome in outcomes.items()
+        }
 
     async def _profile(self, asked: Asked) -> Profile | None:
         """The calibration profile ``asked`` uses, checked against the served model, the
@@ -174,36 +201,59 @@ class DecisionService:
         store, info = self._profiles, await self.model()
         if store is None:
             if asked.calibration not in (None, NO_PROFILE):
-                raise InvalidRequest("this server has no calibration profiles",
-                                     param=asked.calibration_param)
+                raise InvalidRequest(
+                    "this server has no calibration profiles", param=asked.calibration_param
+                )
             return None
         router = self.upstream_model is not None
-        profile = store.select(asked.calibration, param=asked.calibration_param,
-                               info=info if router else None)
+        profile = store.select(
+            asked.calibration, param=asked.calibration_param, info=info if router else None
+        )
         if profile is not None:
-            store.check(profile, info, param=asked.calibration_param,
-                        version=PROMPT_FORMAT_VERSIONS[asked.layout], scheme=self.scheme)
+            store.check(
+                profile,
+                info,
+                param=asked.calibration_param,
+                version=PROMPT_FORMAT_VERSIONS[asked.layout],
+                scheme=self.scheme,
+            )
         return profile
 
     async def decide(
-        self, messages: Sequence[Mapping[str, Any]], question: Question,
-        template_kwargs: Mapping[str, Any] | None = None, *, debias: Sequence[int] = (),
-        contextual: bool = False, layout: str = DEFAULT_LAYOUT,
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        question: Question,
+        template_kwargs: Mapping[str, Any] | None = None,
+        *,
+        debias: Sequence[int] = (),
+        contextual: bool = False,
+        layout: str = DEFAULT_LAYOUT,
     ) -> Outcome:
         """One question asked about a conversation, in ``layout`` (decision/prompt.py),
         neither calibrated nor routed. ``debias``: the cyclic shifts of the options to
         read and average (empty: one read as given); ``contextual``: divide out the
         answer to the same question about a content-free last user turn."""
         free = content_free(messages) if contextual else None
-        outcomes = await self._ask(messages, free, {"0": question}, template_kwargs, layout,
-                                   {"0": tuple(debias)} if debias else {},
-                                   frozenset({"0"}) if contextual else frozenset())
+        outcomes = await self._ask(
+            messages,
+            free,
+            {"0": question},
+            template_kwargs,
+            layout,
+            {"0": tuple(debias)} if debias else {},
+            frozenset({"0"}) if contextual else frozenset(),
+        )
         return outcomes["0"]
 
     async def _ask(
-        self, messages: Sequence[Mapping[str, Any]], free: Sequence[Mapping[str, Any]] | None,
-        questions: Mapping[str, Question], template_kwargs: Mapping[str, Any] | None,
-        layout: str, debias: Mapping[str, Sequence[int]], contextual: frozenset[str],
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        free: Sequence[Mapping[str, Any]] | None,
+        questions: Mapping[str, Question],
+        template_kwargs: Mapping[str, Any] | None,
+        layout: str,
+        debias: Mapping[str, Sequence[int]],
+        contextual: frozenset[str],
     ) -> dict[str, Outcome]:
         """Every question about one conversation, each in its own prompt, once admitted.
 
@@ -217,14 +267,25 @@ class DecisionService:
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
         rotations = max((len(d) for d in debias.values()), default=1) or 1
-        work = await self._work([(messages, q) for q in questions.values()], template_kwargs,
-                                layout, rotations, bool(contextual))
+        work = await self._work(
+            [(messages, q) for q in questions.values()],
+            template_kwargs,
+            layout,
+            rotations,
+            bool(contextual),
+        )
         async with self._admission.admit(work):
             items = list(questions.items())
 
             def one(qid: str, question: Question) -> Coroutine[Any, Any, Outcome]:
-                return self._decide(messages, question, template_kwargs, debias.get(qid, ()),
-                                    free if qid in contextual else None, layout)
+                return self._decide(
+                    messages,
+                    question,
+                    template_kwargs,
+                    debias.get(qid, ()),
+                    free if qid in contextual else None,
+                    layout,
+                )
 
             first_id, first = items[0]
             outcomes = {first_id: await one(first_id, first)}
@@ -244,49 +305,75 @@ class DecisionService:
             return {qid: outcomes[qid] for qid, _ in items}
 
     async def _decide(
-        self, messages: Sequence[Mapping[str, Any]], question: Question,
-        template_kwargs: Mapping[str, Any] | None, debias: Sequence[int],
-        free: Sequence[Mapping[str, Any]] | None = None, layout: str = DEFAULT_LAYOUT,
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        question: Question,
+        template_kwargs: Mapping[str, Any] | None,
+        debias: Sequence[int],
+        free: Sequence[Mapping[str, Any]] | None = None,
+        layout: str = DEFAULT_LAYOUT,
     ) -> Outcome:
         if list(debias) in ([], [0]) or question.kind == "score":
             outcome = await self._decide_once(messages, question, template_kwargs, layout)
         else:
             # one after another: each rotation reuses the KV of everything before the options
-            reads = [(s, await self._decide_once(messages, rotate(question, s), template_kwargs,
-                                                 layout))
-                     for s in debias]
+            reads = [
+                (s, await self._decide_once(messages, rotate(question, s), template_kwargs, layout))
+                for s in debias
+            ]
             first = reads[0][1]
             outcome = Outcome(
                 average(question, [(s, o.decision) for s, o in reads]),
                 first.labels,  # the first shift is 0: the options in the caller's order
-                first.model, first.prompt_tokens,
-                sum(o.prompt_evaluated for _, o in reads), sum(o.reads for _, o in reads),
-                debias="cyclic", input_tokens=sum(o.tokens_in for _, o in reads),
+                first.model,
+                first.prompt_tokens,
+                sum(o.prompt_evaluated for _, o in reads),
+                sum(o.reads for _, o in reads),
+                debias="cyclic",
+                input_tokens=sum(o.tokens_in for _, o in reads),
                 rotations=tuple((s, o.decision.probabilities) for s, o in reads),
-                read_scheme=first.read_scheme, repeatable=first.repeatable, layout=layout,
+                read_scheme=first.read_scheme,
+                repeatable=first.repeatable,
+                layout=layout,
             )
         if free is not None and question.kind != "score":
             weights, spent = await self._free_answer(free, question, template_kwargs, layout)
-            outcome = replace(outcome, decision=divide_out(outcome.decision, weights),
-                              reads=outcome.reads + (spent.reads if spent else 0),
-                              prompt_evaluated=outcome.prompt_evaluated + (
-                                  spent.prompt_evaluated if spent else 0),
-                              input_tokens=outcome.tokens_in + (spent.tokens_in if spent else 0),
-                              debias="contextual")
+            outcome = replace(
+                outcome,
+                decision=divide_out(outcome.decision, weights),
+                reads=outcome.reads + (spent.reads if spent else 0),
+                prompt_evaluated=outcome.prompt_evaluated
+                + (spent.prompt_evaluated if spent else 0),
+                input_tokens=outcome.tokens_in + (spent.tokens_in if spent else 0),
+                debias="contextual",
+            )
         if self._metrics:
             after_reply(self._metrics.decision, outcome.decision, outcome.reads)
         return outcome
 
     async def _free_answer(
-        self, free: Sequence[Mapping[str, Any]], question: Question,
-        template_kwargs: Mapping[str, Any] | None, layout: str,
+        self,
+        free: Sequence[Mapping[str, Any]],
+        question: Question,
+        template_kwargs: Mapping[str, Any] | None,
+        layout: str,
     ) -> tuple[tuple[float, ...], Outcome | None]:
         """The probabilities the model gives the question's options about a content-free
         input, and the read that took them (None when remembered): read once per question
         template, then remembered."""
-        key = orjson.dumps([free, question.kind, question.names, question.shown,
-                            question.instructions, question.temperature,
-                            dict(template_kwargs or {}), layout], option=orjson.OPT_SORT_KEYS)
+        key = orjson.dumps(
+            [
+                free,
+                question.kind,
+                question.names,
+                question.shown,
+                question.instructions,
+                question.temperature,
+                dict(template_kwargs or {}),
+                layout,
+            ],
+            option=orjson.OPT_SORT_KEYS,
+        )
         known = self._content_free.get(key)
         if known is not None:
             return known, None
@@ -297,8 +384,11 @@ class DecisionService:
         return weights, read
 
     async def _decide_once(
-        self, messages: Sequence[Mapping[str, Any]], question: Question,
-        template_kwargs: Mapping[str, Any] | None, layout: str = DEFAULT_LAYOUT,
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        question: Question,
+        template_kwargs: Mapping[str, Any] | None,
+        layout: str = DEFAULT_LAYOUT,
     ) -> Outcome:
         kwargs = rendering_kwargs(template_kwargs)
         for _attempt in range(2):
@@ -349,9 +439,14 @@ class DecisionService:
 
     # -- what a decision costs (proxy/cost.py), for admission -----------------------
 
-    async def _work(self, asked: Sequence[tuple[Sequence[Mapping[str, Any]], Question]],
-                    template_kwargs: Mapping[str, Any] | None, layout: str, rotations: int,
-                    contextual: bool) -> Work | None:
+    async def _work(
+        self,
+        asked: Sequence[tuple[Sequence[Mapping[str, Any]], Question]],
+        template_kwargs: Mapping[str, Any] | None,
+        layout: str,
+        rotations: int,
+        contextual: bool,
+    ) -> Work | None:
         """The tokens and idle-server seconds of reading each (conversation, question) in
         turn, the first on the slot holding most of its prompt and each next on the slot
         the one before left (as the slot book places a conversation's questions); each
@@ -372,21 +467,25 @@ class DecisionService:
             info, labels = await self._catalogue.labels(len(question.names), kwargs)
             block, _grammar = self._prompts.layout(question, tuple(label for label, _ in labels))
             convo = lay_out(messages, block, layout)
-            found = (await self._prompts.prompt(convo, block, kwargs, ubatch)
-                     if _text_only(convo) else None)
+            found = (
+                await self._prompts.prompt(convo, block, kwargs, ubatch)
+                if _text_only(convo)
+                else None
+            )
             if found is None or (info.n_ctx and len(found[0]) >= info.n_ctx):
                 return None  # read as it comes, or refused by the read for its length
             prompt, s_len = found
             if before is None:  # the slot that holds most of this prompt
-                before = max(book.holds.values(), default=None,
-                             key=lambda h: -1 if h is None else common_prefix(h.tokens, prompt))
+                before = max(
+                    book.holds.values(),
+                    default=None,
+                    key=lambda h: -1 if h is None else common_prefix(h.tokens, prompt),
+                )
                 if not ubatch and (before is None or before.s_len != s_len):
                     before = None
-            steps = (plan_prefix(before, prompt, ubatch) if ubatch
-                     else plan(before, s_len, prompt))
+            steps = plan_prefix(before, prompt, ubatch) if ubatch else plan(before, s_len, prompt)
             for step in steps:
-                step_s = cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated,
-                                     step.cached)
+                step_s = cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated, step.cached)
                 if step_s is None:
                     return None
                 tokens += step.evaluated
@@ -407,8 +506,12 @@ class DecisionService:
     # -- the read ---------------------------------------------------------------------
 
     async def _read(
-        self, messages: Sequence[Mapping[str, Any]], question: Question,
-        labels: Sequence[tuple[str, int]], kwargs: Mapping[str, Any], info: ModelInfo,
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        question: Question,
+        labels: Sequence[tuple[str, int]],
+        kwargs: Mapping[str, Any],
+        info: ModelInfo,
         layout: str = DEFAULT_LAYOUT,
     ) -> Outcome | None:
         """The read, or ``None`` when a model other than ``info``'s answered it.
@@ -421,28 +524,36 @@ class DecisionService:
         convo = lay_out(messages, block, layout)
         ids = [tid for _, tid in labels]
         ubatch = self._reader.ubatch  # this read's scheme, even if a self-check changes it
-        tokens = (await self._prompts.prompt(convo, block, kwargs, ubatch)
-                  if _text_only(convo) else None)
+        tokens = (
+            await self._prompts.prompt(convo, block, kwargs, ubatch) if _text_only(convo) else None
+        )
         if tokens is not None and info.n_ctx and len(tokens[0]) >= info.n_ctx:
             raise InvalidRequest(
                 f"the prompt needs {len(tokens[0]) + 1} tokens (the answer's included); a "
                 f"llama-server slot holds {info.n_ctx}: send less, or start llama-server with "
-                "a larger context per slot", code="context_length_exceeded")
+                "a larger context per slot",
+                code="context_length_exceeded",
+            )
         evaluated = reads = 0
         first: NextToken | None = None
         book = await self._reader.book()
-        segment = (tokens[0] if ubatch else tokens[0][:tokens[1]]) if tokens else ()
+        segment = (tokens[0] if ubatch else tokens[0][: tokens[1]]) if tokens else ()
         async with book.lease(segment, by_prefix=bool(ubatch)) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None
                     read = await self._upstream.next_token(
-                        convo, labels_grammar=grammar, n_probs=width, template_kwargs=kwargs,
-                        slot=slot)
+                        convo,
+                        labels_grammar=grammar,
+                        n_probs=width,
+                        template_kwargs=kwargs,
+                        slot=slot,
+                    )
                     spent = read.prompt_evaluated
                 else:
-                    read, spent = await self._reader.read(book, slot, *tokens, width, grammar,
-                                                          ubatch)
+                    read, spent = await self._reader.read(
+                        book, slot, *tokens, width, grammar, ubatch
+                    )
                 if read.model != info.id:
                     return None
                 first = first or read
@@ -453,8 +564,12 @@ class DecisionService:
                 if logprobs is not None:
                     self._reads_needed.put(len(labels), reads)
                     return Outcome(  # each read sent the whole prompt (mostly cached)
-                        decide(question, logprobs), tuple(names), read.model,
-                        first.prompt_tokens, evaluated, reads,
+                        decide(question, logprobs),
+                        tuple(names),
+                        read.model,
+                        first.prompt_tokens,
+                        evaluated,
+                        reads,
                         input_tokens=first.prompt_tokens * reads,
                         read_scheme=self.scheme if tokens is not None else "chat",
                         repeatable=self._check.repeatable if tokens is not None else False,
@@ -489,8 +604,11 @@ class DecisionService:
         try:
             check = await self.check()
             if check.repeatable is False and self._reader.ubatch:
-                log.warning("repeatable reads failed the self-check with the prefix scheme "
-                            "(%s); falling back to the segment scheme", check.detail)
+                log.warning(
+                    "repeatable reads failed the self-check with the prefix scheme "
+                    "(%s); falling back to the segment scheme",
+                    check.detail,
+                )
                 self._reader.ubatch = 0
                 self._reader.forget()
                 self._prompts.forget_prompts()  # remembered without their segment's length
@@ -501,11 +619,14 @@ class DecisionService:
             self._check = Check(self.scheme, None, f"not checked: {exc}")
             return
         if self._check.repeatable is False:
-            log.warning("repeatable reads failed the self-check (%s): answers say "
-                        "repeatable: false", self._check.detail)
+            log.warning(
+                "repeatable reads failed the self-check (%s): answers say repeatable: false",
+                self._check.detail,
+            )
         if self._metrics and self._check.repeatable is not None:
             self._metrics.repeatable.labels((await self.model()).id).set(
-                1.0 if self._check.repeatable else 0.0)
+                1.0 if self._check.repeatable else 0.0
+            )
 
     async def check(self) -> Check:
         """Read the known prompt four ways (decision/selfcheck.py) with every slot of

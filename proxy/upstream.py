@@ -45,9 +45,20 @@ _log = logging.getLogger("proxy.upstream")
 _HOP_HEADERS = frozenset(
     h.lower()
     for h in (
-        "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE",
-        "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Content-Encoding",
-        "Host", "Authorization", "Server", "Date",
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Content-Length",
+        "Content-Encoding",
+        "Host",
+        "Authorization",
+        "Server",
+        "Date",
         "X-Admin-Key",  # the proxy's own secret, never passed on
     )
 )
@@ -80,7 +91,8 @@ class NextToken:
                 return None
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value > 0:
                 raise UpstreamBadResponse(
-                    f"llama-server sent {value!r} as the log-probability of token {tid}")
+                    f"llama-server sent {value!r} as the log-probability of token {tid}"
+                )
             out.append(float(value))
         return out
 
@@ -103,8 +115,8 @@ class ModelInfo:
     aliases: tuple[str, ...] = ()
     output_modalities: tuple[str, ...] = ("text",)
     created: int | None = None
-    build: str = ""   # llama.cpp's build (/props build_info), "" when not told
-    path: str = ""    # the GGUF path llama-server loaded (/props model_path)
+    build: str = ""  # llama.cpp's build (/props build_info), "" when not told
+    path: str = ""  # the GGUF path llama-server loaded (/props model_path)
 
 
 @dataclass(frozen=True)
@@ -139,9 +151,12 @@ def _listed(entry: Mapping[str, Any]) -> ModelInfo:
     aliases = entry.get("aliases")
     modalities = architecture.get("output_modalities")
     return ModelInfo(
-        str(entry["id"]), _count(meta.get("n_vocab")), _count(meta.get("n_ctx")),
+        str(entry["id"]),
+        _count(meta.get("n_vocab")),
+        _count(meta.get("n_ctx")),
         tuple(str(a) for a in aliases) if isinstance(aliases, list) else (),
-        tuple(str(m) for m in modalities) if isinstance(modalities, list) and modalities
+        tuple(str(m) for m in modalities)
+        if isinstance(modalities, list) and modalities
         else ("text",),
         _count(entry.get("created")),
     )
@@ -169,15 +184,18 @@ class Upstream:
         self._comebacks = [0]  # shared by for_model's copies: times llama-server came back
         # Streams may run longer than one call; they are bounded between chunks instead.
         self._stream_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=settings.connect_timeout_s,
+            total=None,
+            sock_connect=settings.connect_timeout_s,
             sock_read=settings.request_timeout_s,
         )
         self._auth = (
             {"Authorization": f"Bearer {settings.upstream_api_key}"}
-            if settings.upstream_api_key else {}
+            if settings.upstream_api_key
+            else {}
         )
         self._json_timeout = aiohttp.ClientTimeout(
-            total=settings.request_timeout_s, sock_connect=settings.connect_timeout_s)
+            total=settings.request_timeout_s, sock_connect=settings.connect_timeout_s
+        )
         self._health_timeout = aiohttp.ClientTimeout(total=1.5)
         self._json_headers = {"Content-Type": "application/json", **self._auth}
         self.model: str | None = None  # a llama-server router's model these calls are for
@@ -205,8 +223,13 @@ class Upstream:
     # -- decision reads -------------------------------------------------------
 
     async def next_token(
-        self, messages: list[dict[str, Any]], *, labels_grammar: str, n_probs: int,
-        template_kwargs: Mapping[str, Any] | None, slot: int | None = None,
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        labels_grammar: str,
+        n_probs: int,
+        template_kwargs: Mapping[str, Any] | None,
+        slot: int | None = None,
     ) -> NextToken:
         """One grammar-constrained greedy token with the top ``n_probs`` log-probabilities
         (in llama-server slot ``slot``, when given)."""
@@ -237,14 +260,22 @@ class Upstream:
         return NextToken(top, model, prompt_tokens, max(0, prompt_tokens - cached))
 
     async def complete(
-        self, tokens: Sequence[int], *, slot: int, cache: bool, n_probs: int = 0,
+        self,
+        tokens: Sequence[int],
+        *,
+        slot: int,
+        cache: bool,
+        n_probs: int = 0,
         grammar: str | None = None,
     ) -> Completion:
         """Evaluate ``tokens`` in slot ``slot`` (``/completion``); with ``n_probs``, read the
         next token's top log-probabilities under ``grammar``."""
         body: dict[str, Any] = {
-            "prompt": list(tokens), "id_slot": slot, "cache_prompt": cache,
-            "n_predict": 1 if n_probs else 0, "temperature": 0,
+            "prompt": list(tokens),
+            "id_slot": slot,
+            "cache_prompt": cache,
+            "n_predict": 1 if n_probs else 0,
+            "temperature": 0,
         }
         if n_probs:
             body["n_probs"] = n_probs
@@ -254,8 +285,9 @@ class Upstream:
         try:
             timings = data["timings"]
             cached, evaluated = int(timings["cache_n"]), int(timings["prompt_n"])
-            seconds = (float(timings.get("prompt_ms") or 0.0)
-                       + float(timings.get("predicted_ms") or 0.0)) / 1000.0
+            seconds = (
+                float(timings.get("prompt_ms") or 0.0) + float(timings.get("predicted_ms") or 0.0)
+            ) / 1000.0
             model = str(data.get("model", ""))
             top: dict[Any, Any] = {}
             if n_probs:
@@ -293,13 +325,20 @@ class Upstream:
         data = await self._request_json("GET", "/v1/models", None)
         try:
             entries = data["data"]
-            entry = entries[0] if self.model is None else next(
-                e for e in entries if self.model == e.get("id") or self.model in (
-                    e.get("aliases") or ()))
+            entry = (
+                entries[0]
+                if self.model is None
+                else next(
+                    e
+                    for e in entries
+                    if self.model == e.get("id") or self.model in (e.get("aliases") or ())
+                )
+            )
             info = _listed(entry)
         except StopIteration as exc:
             raise UpstreamBadResponse(
-                f"llama-server's /v1/models answer no longer lists {self.model!r}") from exc
+                f"llama-server's /v1/models answer no longer lists {self.model!r}"
+            ) from exc
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise UpstreamBadResponse("llama-server's /v1/models answer names no model") from exc
         try:  # the build and the path are extras: a server without /props still serves
@@ -309,8 +348,11 @@ class Upstream:
         if not isinstance(props, dict):
             return info
         build, path = props.get("build_info"), props.get("model_path")
-        info = replace(info, build=build if isinstance(build, str) else "",
-                       path=path if isinstance(path, str) else "")
+        info = replace(
+            info,
+            build=build if isinstance(build, str) else "",
+            path=path if isinstance(path, str) else "",
+        )
         if info.n_ctx is None:  # a router lists a model's meta only once it is loaded
             n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
             if isinstance(n_ctx, int) and n_ctx > 0:
@@ -358,8 +400,9 @@ class Upstream:
 
     async def health(self) -> bool:
         try:
-            async with self._session.get(self._base + "/health", headers=self._auth,
-                                         timeout=self._health_timeout) as resp:
+            async with self._session.get(
+                self._base + "/health", headers=self._auth, timeout=self._health_timeout
+            ) as resp:
                 status = resp.status
                 await resp.read()
         except TimeoutError:
@@ -377,7 +420,10 @@ class Upstream:
             _log.warning(
                 "llama-server at %s is unreachable (%s): it is not running or is restarting "
                 "(its own log says why; under make run the supervisor starts it again). "
-                "Requests get 503 with Retry-After until it answers.", self._base, why)
+                "Requests get 503 with Retry-After until it answers.",
+                self._base,
+                why,
+            )
 
     @property
     def epoch(self) -> int:
@@ -388,8 +434,11 @@ class Upstream:
     def _mark_up(self) -> None:
         if self._down_since is not None:
             self._comebacks[0] += 1
-            _log.info("llama-server at %s answers again, after %.1fs unreachable",
-                      self._base, time.monotonic() - self._down_since)
+            _log.info(
+                "llama-server at %s answers again, after %.1fs unreachable",
+                self._base,
+                time.monotonic() - self._down_since,
+            )
             self._down_since = None
 
     # -- pass-through ---------------------------------------------------------
@@ -403,8 +452,12 @@ class Upstream:
         out_headers.update(self._auth)
         try:
             async with self._session.request(
-                method, self._base + path, data=body, headers=out_headers,
-                timeout=self._stream_timeout, auto_decompress=False,
+                method,
+                self._base + path,
+                data=body,
+                headers=out_headers,
+                timeout=self._stream_timeout,
+                auto_decompress=False,
             ) as resp:
                 self._mark_up()
                 copy = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
@@ -454,9 +507,13 @@ class Upstream:
             raise UpstreamBadResponse(f"llama-server answered {path} with invalid JSON") from exc
 
     async def _call(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
-        async with self._session.request(method, self._base + path, data=data,
-                                         headers=self._json_headers,
-                                         timeout=self._json_timeout) as resp:
+        async with self._session.request(
+            method,
+            self._base + path,
+            data=data,
+            headers=self._json_headers,
+            timeout=self._json_timeout,
+        ) as resp:
             return resp.status, await resp.read()
 
     def _status_error(self, status: int, raw: bytes, path: str) -> UpstreamError:

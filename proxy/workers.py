@@ -84,14 +84,15 @@ def run(settings: Settings) -> int:
 
     def start(i: int) -> multiprocessing.process.BaseProcess:
         ready[i].clear()
-        proc = context.Process(target=_worker, args=(settings, i, sockets, ready[i]),
-                               name=f"worker-{i}")
+        proc = context.Process(
+            target=_worker, args=(settings, i, sockets, ready[i]), name=f"worker-{i}"
+        )
         proc.start()
         return proc
 
     procs: list[multiprocessing.process.BaseProcess | None] = [start(i) for i in range(n)]
-    served = [False] * n     # whether worker i has ever been ready
-    failures = [0] * n       # deaths in a row before it was ready again
+    served = [False] * n  # whether worker i has ever been ready
+    failures = [0] * n  # deaths in a row before it was ready again
     restart_at: dict[int, float] = {}
     code = 0
     try:
@@ -105,14 +106,20 @@ def run(settings: Settings) -> int:
                 was_ready = ready[i].is_set()
                 served[i] = served[i] or was_ready
                 if not served[i]:  # never served: a port in use, a bad setting
-                    log.error("worker %d exited with %s before it was ready: stopping",
-                              i, proc.exitcode)
+                    log.error(
+                        "worker %d exited with %s before it was ready: stopping", i, proc.exitcode
+                    )
                     stopping, code = True, 1
                     break
                 failures[i] = 0 if was_ready else failures[i] + 1
                 delay = _BACKOFF_S[min(failures[i], len(_BACKOFF_S) - 1)]
-                log.warning("worker %d (pid %s) exited with %s: starting it again in %g s",
-                            i, proc.pid, proc.exitcode, delay)
+                log.warning(
+                    "worker %d (pid %s) exited with %s: starting it again in %g s",
+                    i,
+                    proc.pid,
+                    proc.exitcode,
+                    delay,
+                )
                 procs[i], restart_at[i] = None, time.monotonic() + delay
             for i, when in list(restart_at.items()):
                 if not stopping and time.monotonic() >= when:
@@ -160,8 +167,14 @@ def _worker(settings: Settings, index: int, sockets: list[str], ready) -> None:
         runner = web.AppRunner(private, handle_signals=False, access_log=None)
         await runner.setup()
         await web.UnixSite(runner, sockets[index]).start()
-        log.info("worker %d of %d (pid %d): %d decisions at once, %d queued", index, n,
-                 os.getpid(), mine.max_active_decisions, mine.max_queued_decisions)
+        log.info(
+            "worker %d of %d (pid %d): %d decisions at once, %d queued",
+            index,
+            n,
+            os.getpid(),
+            mine.max_active_decisions,
+            mine.max_queued_decisions,
+        )
         await serve(app, mine, reuse_port=True, beside=runner, on_ready=ready.set)
 
     with asyncio.Runner(loop_factory=loop_factory()) as runner:

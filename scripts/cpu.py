@@ -12,30 +12,63 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ARM_FEATURES", "Cpu", "X86_FEATURES", "feature_names", "lacking", "level", "read_cpu",
-           "source_build"]
+__all__ = [
+    "ARM_FEATURES",
+    "Cpu",
+    "X86_FEATURES",
+    "feature_names",
+    "lacking",
+    "level",
+    "read_cpu",
+    "source_build",
+]
 
 # The /proc/cpuinfo flags that decide which ggml kernels can run (x86-64 "flags",
 # aarch64 "Features"). The cache key holds these and a hash of the whole line:
 # a build chosen on one CPU is probed again on any other.
 X86_FEATURES = (
-    "sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx_vnni",
-    "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd",
-    "avx512_vbmi", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16",
+    "sse4_2",
+    "avx",
+    "f16c",
+    "fma",
+    "avx2",
+    "bmi2",
+    "avx_vnni",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "avx512cd",
+    "avx512_vbmi",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
 )
 ARM_FEATURES = ("asimd", "asimddp", "asimdhp", "fphp", "i8mm", "sve", "sve2", "sme")
 # How a message names a flag (the flag itself where it has no entry).
-_NAMES = {"sse4_2": "SSE4.2", "avx": "AVX", "f16c": "F16C", "fma": "FMA", "avx2": "AVX2",
-          "bmi2": "BMI2", "avx_vnni": "AVX-VNNI", "avx512f": "AVX-512",
-          "avx512_vnni": "AVX-512 VNNI", "avx512_bf16": "AVX-512 BF16", "amx_tile": "AMX"}
+_NAMES = {
+    "sse4_2": "SSE4.2",
+    "avx": "AVX",
+    "f16c": "F16C",
+    "fma": "FMA",
+    "avx2": "AVX2",
+    "bmi2": "BMI2",
+    "avx_vnni": "AVX-VNNI",
+    "avx512f": "AVX-512",
+    "avx512_vnni": "AVX-512 VNNI",
+    "avx512_bf16": "AVX-512 BF16",
+    "amx_tile": "AMX",
+}
 
 
 @dataclass(frozen=True)
 class Cpu:
-    arch: str                  # platform.machine(): "x86_64", "aarch64", ...
-    features: frozenset[str]   # the relevant subset of the kernel's flags
-    model: str = ""            # "AMD EPYC 9R14", for messages only
-    signature: str = ""        # a hash of the kernel's whole flags line, for the cache key
+    arch: str  # platform.machine(): "x86_64", "aarch64", ...
+    features: frozenset[str]  # the relevant subset of the kernel's flags
+    model: str = ""  # "AMD EPYC 9R14", for messages only
+    signature: str = ""  # a hash of the kernel's whole flags line, for the cache key
 
     @property
     def is_x86(self) -> bool:
@@ -80,8 +113,11 @@ def level(cpu: Cpu) -> str:
                 return name
         return "x86-64 without AVX"
     if cpu.is_arm:
-        extras = [name for name, flag in (("dotprod", "asimddp"), ("i8mm", "i8mm"), ("SVE", "sve"))
-                  if flag in f]
+        extras = [
+            name
+            for name, flag in (("dotprod", "asimddp"), ("i8mm", "i8mm"), ("SVE", "sve"))
+            if flag in f
+        ]
         return "Armv8 with " + ", ".join(extras) if extras else "Armv8 (NEON only)"
     return cpu.arch
 
@@ -129,9 +165,18 @@ def source_build(cpu: Cpu) -> tuple[str, list[str]]:
             "AVX_VNNI": {"avx2", "avx_vnni"} <= f,
         }
         flags += [f"-DGGML_{name}={_ON if on else _OFF}" for name, on in chosen.items()]
-        flags += [f"-DGGML_{name}={_OFF}" for name in
-                  ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16",
-                   "AMX_TILE", "AMX_INT8", "AMX_BF16")]
+        flags += [
+            f"-DGGML_{name}={_OFF}"
+            for name in (
+                "AVX512",
+                "AVX512_VBMI",
+                "AVX512_VNNI",
+                "AVX512_BF16",
+                "AMX_TILE",
+                "AMX_INT8",
+                "AMX_BF16",
+            )
+        ]
         tag = "-".join(name.lower() for name, on in chosen.items() if on) or "x86-64"
         return tag, flags
     if cpu.is_arm:

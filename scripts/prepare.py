@@ -34,8 +34,15 @@ from scripts.choose import Choice, NoBuildRuns, candidates, choose  # noqa: E402
 from scripts.cpu import read_cpu, source_build  # noqa: E402
 from scripts.fetch import cache_root, ensure_model, say, source_binary  # noqa: E402
 
-__all__ = ["BROWSER", "cache_root", "choose_llama_server", "ensure_browser",
-           "ensure_llama_server", "ensure_model", "gpu_requested"]
+__all__ = [
+    "BROWSER",
+    "cache_root",
+    "choose_llama_server",
+    "ensure_browser",
+    "ensure_llama_server",
+    "ensure_model",
+    "gpu_requested",
+]
 
 BROWSER = "chromium"  # Debian's package and command (browser downloads from elsewhere fail)
 
@@ -47,16 +54,21 @@ def ensure_browser() -> Path:
     if found:
         return Path(found)
     if not shutil.which("apt-get"):
-        raise NoBuildRuns(f"the browser test needs {BROWSER}: install it with your package "
-                          "manager (this is not a Debian-like system)")
+        raise NoBuildRuns(
+            f"the browser test needs {BROWSER}: install it with your package "
+            "manager (this is not a Debian-like system)"
+        )
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]  # never a password prompt
     if sudo and not shutil.which("sudo"):
-        raise NoBuildRuns(f"the browser test needs {BROWSER}: run `apt-get install -y "
-                          f"{BROWSER}` as root")
+        raise NoBuildRuns(
+            f"the browser test needs {BROWSER}: run `apt-get install -y {BROWSER}` as root"
+        )
     say(f"installing {BROWSER} with apt-get (about 400 MB, once)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update", "-qq"],
-                    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", BROWSER]):
+    for command in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", BROWSER],
+    ):
         if subprocess.run([*sudo, *command], env=env).returncode != 0:
             raise NoBuildRuns(f"`{' '.join(command)}` failed: install {BROWSER} yourself")
     found = shutil.which(BROWSER)
@@ -69,9 +81,13 @@ def gpu_requested(env: dict[str, str] | os._Environ = os.environ) -> bool:
     return (env.get("GPU") or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def choose_llama_server(*, gpu: bool | None = None, reprobe: bool = False,
-                        model: Path | None = None,
-                        env: dict[str, str] | os._Environ = os.environ) -> Choice:
+def choose_llama_server(
+    *,
+    gpu: bool | None = None,
+    reprobe: bool = False,
+    model: Path | None = None,
+    env: dict[str, str] | os._Environ = os.environ,
+) -> Choice:
     """The llama-server build to run on this machine with ``model`` (default: ``MODEL``,
     else SmolLM2), probed on that model and cached (see choose.py)."""
     gpu = gpu_requested(env) if gpu is None else gpu
@@ -92,8 +108,11 @@ def ensure_llama_server(source: bool = False) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["model", "llama-server", "browser", "all"])
-    parser.add_argument("--source", action="store_true",
-                        help="the llama.cpp b11434 source build for this CPU (no probe)")
+    parser.add_argument(
+        "--source",
+        action="store_true",
+        help="the llama.cpp b11434 source build for this CPU (no probe)",
+    )
     parser.add_argument("--reprobe", action="store_true", help="ignore the cached choice")
     parser.add_argument("--json", action="store_true", help="print the whole choice as JSON")
     args = parser.parse_args(argv)

@@ -22,8 +22,15 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_FIX", "Probe", "explain_exit", "free_port", "log_tail", "offloaded_layers",
-           "probe"]
+__all__ = [
+    "DEFAULT_FIX",
+    "Probe",
+    "explain_exit",
+    "free_port",
+    "log_tail",
+    "offloaded_layers",
+    "probe",
+]
 
 # About 300 tokens of plain text: long enough for a steady prompt rate, short
 # enough that three cold reads take about a second on a 2-core CPU.
@@ -37,10 +44,10 @@ _READS = 3
 @dataclass(frozen=True)
 class Probe:
     ok: bool
-    reason: str = ""                 # why not, in words (empty when ok)
+    reason: str = ""  # why not, in words (empty when ok)
     prompt_tokens_per_s: float = 0.0
-    build_info: str = ""             # /props build_info ("b11434-...", "b0-unknown")
-    gpu_layers: int = 0              # layers llama-server reported offloaded to a GPU
+    build_info: str = ""  # /props build_info ("b11434-...", "b0-unknown")
+    gpu_layers: int = 0  # layers llama-server reported offloaded to a GPU
 
 
 def free_port() -> int:
@@ -56,20 +63,26 @@ def log_tail(text: str, lines: int = 6) -> str:
     return "\n".join(kept[-lines:])
 
 
-DEFAULT_FIX = ("run `python scripts/prepare.py llama-server --reprobe` to choose a build that "
-               "runs on this CPU, or set LLAMA_SERVER to one that does")
+DEFAULT_FIX = (
+    "run `python scripts/prepare.py llama-server --reprobe` to choose a build that "
+    "runs on this CPU, or set LLAMA_SERVER to one that does"
+)
 
 
-def explain_exit(returncode: int, log: str, *, needs: str = "", has: str = "",
-                 fix: str | None = DEFAULT_FIX) -> str:
+def explain_exit(
+    returncode: int, log: str, *, needs: str = "", has: str = "", fix: str | None = DEFAULT_FIX
+) -> str:
     """What a llama-server exit means, in words: the signal, what the build needs
     against what the CPU has, the log's last lines, and what to do (``fix``; None
     or empty: nothing)."""
     fix = f"; {fix}" if fix else ""
     sig = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
     if sig == signal.SIGILL:
-        needs_part = f"this build needs {needs}" if needs else (
-            "this build uses an instruction this CPU does not have")
+        needs_part = (
+            f"this build needs {needs}"
+            if needs
+            else ("this build uses an instruction this CPU does not have")
+        )
         has_part = f", this CPU has {has}" if has else ""
         return f"llama-server died with SIGILL (illegal instruction): {needs_part}{has_part}{fix}"
     tail = log_tail(log, 3)
@@ -96,29 +109,57 @@ def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
 
 
 def _post(url: str, body: dict, timeout: float) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
 
-def probe(binary: Path, model: Path, *, args: tuple[str, ...] = (), needs: str = "",
-          has: str = "", gpu: bool = False, timeout_s: float = 180.0) -> Probe:
+def probe(
+    binary: Path,
+    model: Path,
+    *,
+    args: tuple[str, ...] = (),
+    needs: str = "",
+    has: str = "",
+    gpu: bool = False,
+    timeout_s: float = 180.0,
+) -> Probe:
     """Start ``binary`` on ``model``, wait until healthy, read the prompt three times
     uncached with one generated token each, and stop it. ``gpu``: the model must
     also have been offloaded (llama-server's "offloaded N/M layers to GPU")."""
     port = free_port()
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(Path(binary).parent),
-                                                           env.get("LD_LIBRARY_PATH")]))
-    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-           "-np", "1", "-c", "2048", *args]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        filter(None, [str(Path(binary).parent), env.get("LD_LIBRARY_PATH")])
+    )
+    cmd = [
+        str(binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-np",
+        "1",
+        "-c",
+        "2048",
+        *args,
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "llama-server.log"
         try:
             with open(log_path, "ab") as log:  # the child appends; we read by path
-                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                proc = subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
         except OSError as err:
             return Probe(False, f"cannot start {binary}: {err}")
 
@@ -137,8 +178,9 @@ def probe(binary: Path, model: Path, *, args: tuple[str, ...] = (), needs: str =
                     proc.wait()
 
 
-def _exercise(proc: subprocess.Popen, url: str, text, needs: str, has: str, gpu: bool,
-              timeout_s: float) -> Probe:
+def _exercise(
+    proc: subprocess.Popen, url: str, text, needs: str, has: str, gpu: bool, timeout_s: float
+) -> Probe:
     def died() -> Probe:
         return Probe(False, explain_exit(proc.returncode, text(), needs=needs, has=has, fix=None))
 
@@ -156,14 +198,24 @@ def _exercise(proc: subprocess.Popen, url: str, text, needs: str, has: str, gpu:
         time.sleep(0.1)
     offloaded = offloaded_layers(text())
     if gpu and not offloaded:
-        return Probe(False, "this build found no GPU to offload the model to (no layers "
-                            "offloaded; is the driver installed and the device visible?)")
+        return Probe(
+            False,
+            "this build found no GPU to offload the model to (no layers "
+            "offloaded; is the driver installed and the device visible?)",
+        )
     rates = []
     for _ in range(_READS):
         try:
-            answer = _post(url + "/completion", {
-                "prompt": _PROMPT, "n_predict": 1, "temperature": 0, "cache_prompt": False,
-            }, timeout=max(10.0, deadline - time.monotonic()))
+            answer = _post(
+                url + "/completion",
+                {
+                    "prompt": _PROMPT,
+                    "n_predict": 1,
+                    "temperature": 0,
+                    "cache_prompt": False,
+                },
+                timeout=max(10.0, deadline - time.monotonic()),
+            )
         except (OSError, ValueError) as err:
             try:
                 proc.wait(2)  # a read cut short by a crash: let the exit show

@@ -37,8 +37,9 @@ def table() -> str:
     for f in fields(Settings):
         default = getattr(defaults, f.name)
         shown = "(none)" if default in (None, "") else f"`{default}`"
-        rows.append(f"| `--{f.name.replace('_', '-')}` | `{environment_variable(f.name)}` "
-                    f"| {shown} |")
+        rows.append(
+            f"| `--{f.name.replace('_', '-')}` | `{environment_variable(f.name)}` | {shown} |"
+        )
     return "\n".join(rows)
 
 
@@ -94,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     stale = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
     if args.check:
         for path in stale:
-            print(f"{path.relative_to(ROOT)} is stale: run python scripts/settings_doc.py",
-                  file=sys.stderr)
+            print(
+                f"{path.relative_to(ROOT)} is stale: run python scripts/settings_doc.py",
+                file=sys.stderr,
+            )
         return 1 if stale else 0
     for path in stale:
         path.write_text(wanted[path])

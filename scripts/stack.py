@@ -41,8 +41,19 @@ from scripts.cpu import level, read_cpu  # noqa: E402
 from scripts.prepare import choose_llama_server, ensure_model, gpu_requested  # noqa: E402
 from scripts.probe import explain_exit, log_tail, offloaded_layers  # noqa: E402
 
-__all__ = ["LLAMA_FLAGS", "UBATCH", "ServerExited", "Supervised", "answers", "file_tail",
-           "llama_exit_reason", "start_llama_server", "start_proxy", "stop", "wait_ready"]
+__all__ = [
+    "LLAMA_FLAGS",
+    "UBATCH",
+    "ServerExited",
+    "Supervised",
+    "answers",
+    "file_tail",
+    "llama_exit_reason",
+    "start_llama_server",
+    "start_proxy",
+    "stop",
+    "wait_ready",
+]
 
 # 4 slots with 8192 tokens each: room for 255 options, concurrent decisions and
 # prompt-cache reuse per slot; physical batches of 63 tokens, so that any prefix a slot
@@ -53,7 +64,7 @@ UBATCH = 63
 LLAMA_FLAGS = ["-np", "4", "-c", "32768", "-ub", str(UBATCH), "-cram", "0", "--metrics"]
 ROOT = Path(__file__).resolve().parent.parent
 _BACKOFF_S = (1, 2, 4, 8, 16)
-_STABLE_S = 60.0   # a process up this long has recovered: its crash count starts again
+_STABLE_S = 60.0  # a process up this long has recovered: its crash count starts again
 
 
 try:  # bound here, in the parent: the child runs nothing but the call itself
@@ -82,24 +93,61 @@ def start_llama_server(
     env = dict(os.environ)
     libdir = str(Path(binary).parent)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libdir, env.get("LD_LIBRARY_PATH")]))
-    cmd = [str(binary), "-m", str(model), "--alias", Path(model).stem, "--host", "127.0.0.1",
-           "--port", str(port), *LLAMA_FLAGS, *(extra or [])]
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
-                            stdin=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+    cmd = [
+        str(binary),
+        "-m",
+        str(model),
+        "--alias",
+        Path(model).stem,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *LLAMA_FLAGS,
+        *(extra or []),
+    ]
+    return subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT if log else None,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
 
 
-def start_proxy(port: int, upstream_url: str, extra: list[str] | None = None, log=None,
-                env: dict[str, str] | None = None, ubatch: int | None = None
-                ) -> subprocess.Popen:
+def start_proxy(
+    port: int,
+    upstream_url: str,
+    extra: list[str] | None = None,
+    log=None,
+    env: dict[str, str] | None = None,
+    ubatch: int | None = None,
+) -> subprocess.Popen:
     """The proxy in front of ``upstream_url``; ``ubatch``: that llama-server's ``-ub``
     (``UBATCH`` for one started by ``start_llama_server``), told to the proxy."""
-    cmd = [sys.executable, "-m", "proxy", "--port", str(port), "--upstream-url", upstream_url,
-           *(["--upstream-ubatch", str(ubatch)] if ubatch else []), *(extra or [])]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT if log else None,
-                            stdin=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+    cmd = [
+        sys.executable,
+        "-m",
+        "proxy",
+        "--port",
+        str(port),
+        "--upstream-url",
+        upstream_url,
+        *(["--upstream-ubatch", str(ubatch)] if ubatch else []),
+        *(extra or []),
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT if log else None,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
 
 
 def file_tail(path: str | Path, limit: int = 64 * 1024) -> str:
@@ -126,8 +174,13 @@ def answers(url: str, timeout_s: float) -> bool:
         return False
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0, *,
-               why: Callable[[int], str] | None = None) -> None:
+def wait_ready(
+    url: str,
+    proc: subprocess.Popen,
+    timeout_s: float = 180.0,
+    *,
+    why: Callable[[int], str] | None = None,
+) -> None:
     """Poll ``url`` until it answers 200; raise ``ServerExited`` with ``why(returncode)``
     at once if ``proc`` exits first."""
     deadline = time.monotonic() + timeout_s
@@ -156,8 +209,14 @@ class Supervised:
     """One process kept running: its output echoed and its last lines kept for the message
     that explains an exit; restarted with back-off until it crashes too often."""
 
-    def __init__(self, name: str, start: Callable[..., subprocess.Popen], ready_url: str,
-                 explain: Callable[[int, str], str], ready_timeout_s: float = 180.0):
+    def __init__(
+        self,
+        name: str,
+        start: Callable[..., subprocess.Popen],
+        ready_url: str,
+        explain: Callable[[int, str], str],
+        ready_timeout_s: float = 180.0,
+    ):
         self.name, self._start, self.ready_url = name, start, ready_url
         self._explain, self._ready_timeout_s = explain, ready_timeout_s
         self._tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -215,11 +274,15 @@ class Supervised:
         say(f"{self.name} stopped: {self.reason(self.proc.returncode)}")
         self.crashes = 1 if time.monotonic() - self.started_at > _STABLE_S else self.crashes + 1
         if self.crashes > len(_BACKOFF_S):
-            raise ServerExited(f"{self.name} crashed {self.crashes} times in a row, each "
-                               f"within {_STABLE_S:.0f}s of its start; giving up")
+            raise ServerExited(
+                f"{self.name} crashed {self.crashes} times in a row, each "
+                f"within {_STABLE_S:.0f}s of its start; giving up"
+            )
         delay = _BACKOFF_S[self.crashes - 1]
-        say(f"starting {self.name} again in {delay}s ({self.crashes} of "
-            f"{len(_BACKOFF_S)} quick restarts)")
+        say(
+            f"starting {self.name} again in {delay}s ({self.crashes} of "
+            f"{len(_BACKOFF_S)} quick restarts)"
+        )
         time.sleep(delay)
         self.start()
 
@@ -264,30 +327,40 @@ def main() -> int:
         "llama-server",
         lambda log: start_llama_server(binary, model, llama_port, extra, log=log),
         f"http://127.0.0.1:{llama_port}/health",
-        lambda rc, log: explain_exit(rc, log, has=has))
+        lambda rc, log: explain_exit(rc, log, has=has),
+    )
     proxy = Supervised(
         "the proxy",
-        lambda log: start_proxy(proxy_port, f"http://127.0.0.1:{llama_port}", log=log,
-                                ubatch=UBATCH),
+        lambda log: start_proxy(
+            proxy_port, f"http://127.0.0.1:{llama_port}", log=log, ubatch=UBATCH
+        ),
         f"http://127.0.0.1:{proxy_port}/health",
-        lambda rc, log: f"exited with {rc}; its output ends:\n{log_tail(log)}", 30.0)
+        lambda rc, log: f"exited with {rc}; its output ends:\n{log_tail(log)}",
+        30.0,
+    )
     children = [llama, proxy]
     try:
         for child in children:
             child.start()
             child.wait_ready()
         if "-ngl" in choice_args and not llama.offloaded_layers():
-            _say("warning: GPU=1, but llama-server offloaded no layers to a GPU; it runs on "
-                 "the CPU (run `GPU=1 python scripts/prepare.py llama-server --reprobe`)")
-        _say(f"ready in {time.monotonic() - started:.0f}s: proxy http://127.0.0.1:{proxy_port}"
-             f" -> llama-server http://127.0.0.1:{llama_port} (Ctrl-C stops both)")
+            _say(
+                "warning: GPU=1, but llama-server offloaded no layers to a GPU; it runs on "
+                "the CPU (run `GPU=1 python scripts/prepare.py llama-server --reprobe`)"
+            )
+        _say(
+            f"ready in {time.monotonic() - started:.0f}s: proxy http://127.0.0.1:{proxy_port}"
+            f" -> llama-server http://127.0.0.1:{llama_port} (Ctrl-C stops both)"
+        )
         while True:
             for child in children:
                 if child.exited():
                     child.restart_after_exit(_say)
                 elif child.back_up():
-                    _say(f"{child.name} is answering again "
-                         f"({time.monotonic() - child.started_at:.1f}s after its restart)")
+                    _say(
+                        f"{child.name} is answering again "
+                        f"({time.monotonic() - child.started_at:.1f}s after its restart)"
+                    )
             time.sleep(0.5)
     except KeyboardInterrupt:
         print(flush=True)

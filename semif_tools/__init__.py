@@ -40,6 +40,8 @@ def run(name: str, argv: Sequence[str]) -> int:
         missing = (exc.name or "").partition(".")[0]
         if missing not in EXTRA:
             raise
-        print(f"{name} needs {missing}, of the tools extra, which is not installed: {INSTALL}",
-              file=sys.stderr)
+        print(
+            f"{name} needs {missing}, of the tools extra, which is not installed: {INSTALL}",
+            file=sys.stderr,
+        )
         return 2

@@ -38,8 +38,18 @@ from .calibrate.stats import quantile
 from .client import async_client, send_async
 from .progress import Bar
 
-__all__ = ["Job", "Line", "read_lines", "done_ids", "settled", "last_records", "answer_facts",
-           "summary_lines", "run", "main"]
+__all__ = [
+    "Job",
+    "Line",
+    "read_lines",
+    "done_ids",
+    "settled",
+    "last_records",
+    "answer_facts",
+    "summary_lines",
+    "run",
+    "main",
+]
 
 _DEFAULT_CONCURRENCY = 4
 _JSON = {"Content-Type": "application/json"}
@@ -79,9 +89,14 @@ def read_lines(path: Path) -> Iterator[Line]:
             elif "input" in body and isinstance(body.get("questions"), list):
                 route = "/v1/decisions"
             else:
-                yield Line(ident, "", None, f"line {number} is neither a System One request "
-                           "(state, questions{}), a Decisions request (input, questions[]) nor "
-                           "a chat request (messages)")
+                yield Line(
+                    ident,
+                    "",
+                    None,
+                    f"line {number} is neither a System One request "
+                    "(state, questions{}), a Decisions request (input, questions[]) nor "
+                    "a chat request (messages)",
+                )
                 continue
             yield Line(ident, route, orjson.dumps(body))
 
@@ -126,11 +141,15 @@ def answer_facts(route: str, answer: dict[str, Any]) -> tuple[list[float], list[
     """The label masses and routes an answer reports (System One: per question)."""
     if route == "/v1/systemone":
         answers = list((answer.get("answers") or {}).values())
-        return ([a["x_label_mass"] for a in answers if "x_label_mass" in a],
-                [a["x_route"] for a in answers if a.get("x_route")])
+        return (
+            [a["x_label_mass"] for a in answers if "x_label_mass" in a],
+            [a["x_route"] for a in answers if a.get("x_route")],
+        )
     semif = answer.get("semif") or {}
-    return ([semif["label_mass"]] if "label_mass" in semif else [],
-            [semif["route"]] if semif.get("route") else [])
+    return (
+        [semif["label_mass"]] if "label_mass" in semif else [],
+        [semif["route"]] if semif.get("route") else [],
+    )
 
 
 @dataclass
@@ -146,8 +165,9 @@ class Job:
     started: float = field(default_factory=time.monotonic)
     skipped: int = 0  # lines OUT already answered (--resume)
 
-    def record(self, status: int | None, latency: float | None, route: str,
-               answer: dict[str, Any] | None) -> None:
+    def record(
+        self, status: int | None, latency: float | None, route: str, answer: dict[str, Any] | None
+    ) -> None:
         self.done += 1
         self.outcomes["ok" if status == 200 else f"status {status}" if status else "error"] += 1
         if latency is not None:
@@ -161,37 +181,69 @@ class Job:
 def summary_lines(job: Job) -> list[str]:
     """The end-of-job lines: outcomes, latency, label mass and routes."""
     spent = time.monotonic() - job.started
-    lines = [f"{job.done} lines in {spent:.1f}s ({job.done / max(spent, 1e-9):.1f}/s)"
-             + (f", {job.skipped} already done (--resume)" if job.skipped else "")
-             + ": " + ", ".join(f"{k} {v}" for k, v in sorted(job.outcomes.items()))]
+    lines = [
+        f"{job.done} lines in {spent:.1f}s ({job.done / max(spent, 1e-9):.1f}/s)"
+        + (f", {job.skipped} already done (--resume)" if job.skipped else "")
+        + ": "
+        + ", ".join(f"{k} {v}" for k, v in sorted(job.outcomes.items()))
+    ]
     if job.latencies:
-        lines.append(f"latency p50 {1e3 * quantile(job.latencies, 0.5):.0f} ms, "
-                     f"p95 {1e3 * quantile(job.latencies, 0.95):.0f} ms")
+        lines.append(
+            f"latency p50 {1e3 * quantile(job.latencies, 0.5):.0f} ms, "
+            f"p95 {1e3 * quantile(job.latencies, 0.95):.0f} ms"
+        )
     if job.masses:
-        lines.append("label mass p5 / p50 / p95: " + " / ".join(
-            f"{quantile(job.masses, q):.3f}" for q in (0.05, 0.5, 0.95)))
+        lines.append(
+            "label mass p5 / p50 / p95: "
+            + " / ".join(f"{quantile(job.masses, q):.3f}" for q in (0.05, 0.5, 0.95))
+        )
     if job.routes:
         lines.append("routes: " + ", ".join(f"{k} {v}" for k, v in sorted(job.routes.items())))
     return lines
 
 
-async def _send(http: httpx.AsyncClient, line: Line
-                ) -> tuple[dict[str, Any], int | None, float | None, dict[str, Any] | None]:
+async def _send(
+    http: httpx.AsyncClient, line: Line
+) -> tuple[dict[str, Any], int | None, float | None, dict[str, Any] | None]:
     """The output record for one line, its status, latency (of the last attempt) and answer."""
     if line.body is None:
-        return ({"id": line.id, "status": None,
-                 "error": {"code": "invalid_line", "message": line.error}}, None, None, None)
+        return (
+            {
+                "id": line.id,
+                "status": None,
+                "error": {"code": "invalid_line", "message": line.error},
+            },
+            None,
+            None,
+            None,
+        )
     try:
         resp = await send_async(http, "POST", line.path, content=line.body, headers=_JSON)
     except httpx.TimeoutException:
-        return ({"id": line.id, "status": None,
-                 "error": {"code": "timeout", "message": "no answer within the timeout"}},
-                None, None, None)
+        return (
+            {
+                "id": line.id,
+                "status": None,
+                "error": {"code": "timeout", "message": "no answer within the timeout"},
+            },
+            None,
+            None,
+            None,
+        )
     except httpx.TransportError as exc:  # after the retry policy's last attempt
-        return ({"id": line.id, "status": None,
-                 "error": {"code": "unreachable",
-                           "message": f"the proxy could not be reached: {exc!r}"}},
-                None, None, None)
+        return (
+            {
+                "id": line.id,
+                "status": None,
+                "error": {
+                    "code": "unreachable",
+                    "message": f"the proxy could not be reached: {exc!r}",
+                },
+            },
+            None,
+            None,
+            None,
+        )
     status, raw, latency = resp.status_code, resp.content, resp.elapsed.total_seconds()
     try:
         body = orjson.loads(raw) if raw else None
@@ -224,9 +276,17 @@ def _unique(lines: list[Line]) -> None:
         seen.add(key)
 
 
-async def run(source: Path, out: Path, url: str, *, concurrency: int | None = None,
-              resume: bool = False, api_key: str | None = None, timeout_s: float = 600.0,
-              stream: TextIO | None = None) -> tuple[Job, bool]:
+async def run(
+    source: Path,
+    out: Path,
+    url: str,
+    *,
+    concurrency: int | None = None,
+    resume: bool = False,
+    api_key: str | None = None,
+    timeout_s: float = 600.0,
+    stream: TextIO | None = None,
+) -> tuple[Job, bool]:
     """Answer every line of ``source`` not yet settled in ``out`` (with ``resume``),
     appending; also whether every line's last record is now a 200."""
     everything = list(read_lines(source))
@@ -266,12 +326,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", type=Path, help="JSONL: one System One or chat request per line")
     p.add_argument("output", type=Path, help="JSONL written line by line: id and answer or error")
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the running proxy")
-    p.add_argument("--api-key", default=os.environ.get("PROXY_API_KEY") or None,
-                   help="bearer key for the proxy (default: PROXY_API_KEY)")
-    p.add_argument("--concurrency", type=int, default=None,
-                   help="requests in flight (default: llama-server's slots, from /props)")
-    p.add_argument("--resume", action="store_true",
-                   help="skip the ids OUT has settled (answered, or refused for good)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("PROXY_API_KEY") or None,
+        help="bearer key for the proxy (default: PROXY_API_KEY)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="requests in flight (default: llama-server's slots, from /props)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the ids OUT has settled (answered, or refused for good)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     return p
 
@@ -282,9 +352,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("batch: --concurrency must be at least 1", file=sys.stderr)
         return 2
     try:
-        job, complete = asyncio.run(run(
-            args.input, args.output, args.url, concurrency=args.concurrency, resume=args.resume,
-            api_key=args.api_key, timeout_s=args.timeout))
+        job, complete = asyncio.run(
+            run(
+                args.input,
+                args.output,
+                args.url,
+                concurrency=args.concurrency,
+                resume=args.resume,
+                api_key=args.api_key,
+                timeout_s=args.timeout,
+            )
+        )
     except (OSError, ValueError) as exc:  # FileExistsError too
         print(f"batch: {exc}", file=sys.stderr)
         return 2

@@ -29,8 +29,16 @@ from typing import Any
 import httpx
 import tenacity
 
-__all__ = ["RETRY_STATUSES", "ATTEMPTS", "client", "async_client", "retry_after_s", "wait_s",
-           "send", "send_async"]
+__all__ = [
+    "RETRY_STATUSES",
+    "ATTEMPTS",
+    "client",
+    "async_client",
+    "retry_after_s",
+    "wait_s",
+    "send",
+    "send_async",
+]
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 ATTEMPTS = 6
@@ -39,10 +47,12 @@ _BACKOFF = tenacity.wait_exponential(multiplier=0.5, max=30)
 
 
 def _options(url: str, api_key: str | None, timeout_s: float) -> dict[str, Any]:
-    return {"base_url": url.rstrip("/"),
-            "headers": {"Authorization": f"Bearer {api_key}"} if api_key else {},
-            "timeout": timeout_s,
-            "limits": httpx.Limits(max_connections=None, max_keepalive_connections=None)}
+    return {
+        "base_url": url.rstrip("/"),
+        "headers": {"Authorization": f"Bearer {api_key}"} if api_key else {},
+        "timeout": timeout_s,
+        "limits": httpx.Limits(max_connections=None, max_keepalive_connections=None),
+    }
 
 
 def client(url: str, *, api_key: str | None = None, timeout_s: float = 120.0) -> httpx.Client:
@@ -50,8 +60,9 @@ def client(url: str, *, api_key: str | None = None, timeout_s: float = 120.0) ->
     return httpx.Client(**_options(url, api_key, timeout_s))
 
 
-def async_client(url: str, *, api_key: str | None = None,
-                 timeout_s: float = 120.0) -> httpx.AsyncClient:
+def async_client(
+    url: str, *, api_key: str | None = None, timeout_s: float = 120.0
+) -> httpx.AsyncClient:
     """The same, for asyncio."""
     return httpx.AsyncClient(**_options(url, api_key, timeout_s))
 
@@ -90,8 +101,10 @@ def _last(state: tenacity.RetryCallState) -> Any:
 
 
 _policy = tenacity.retry(
-    retry=(tenacity.retry_if_exception(_passing)
-           | tenacity.retry_if_result(lambda r: r.status_code in RETRY_STATUSES)),
+    retry=(
+        tenacity.retry_if_exception(_passing)
+        | tenacity.retry_if_result(lambda r: r.status_code in RETRY_STATUSES)
+    ),
     wait=wait_s,
     stop=tenacity.stop_after_attempt(ATTEMPTS),
     retry_error_callback=_last,
@@ -105,7 +118,8 @@ def send(http: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Res
 
 
 @_policy
-async def send_async(http: httpx.AsyncClient, method: str, path: str,
-                     **kwargs: Any) -> httpx.Response:
+async def send_async(
+    http: httpx.AsyncClient, method: str, path: str, **kwargs: Any
+) -> httpx.Response:
     """The same, for asyncio."""
     return await http.request(method, path, **kwargs)

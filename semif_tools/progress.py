@@ -19,12 +19,27 @@ __all__ = ["Bar"]
 class Bar(tqdm):
     """``with Bar(total, "reading", unit="item") as bar: ... bar.update(1)``."""
 
-    def __init__(self, total: int, label: str, *, unit: str = "it",
-                 stream: TextIO | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        unit: str = "it",
+        stream: TextIO | None = None,
+        **kwargs: Any,
+    ):
         stream = stream if stream is not None else sys.stderr
         self.live = bool(getattr(stream, "isatty", lambda: False)())
-        super().__init__(total=total, desc=label, unit=unit, file=stream, leave=True,
-                         dynamic_ncols=self.live, delay=0 if self.live else math.inf, **kwargs)
+        super().__init__(
+            total=total,
+            desc=label,
+            unit=unit,
+            file=stream,
+            leave=True,
+            dynamic_ncols=self.live,
+            delay=0 if self.live else math.inf,
+            **kwargs,
+        )
 
     def close(self) -> None:
         if not getattr(self, "disable", True) and not self.live:

@@ -13,8 +13,15 @@ import pytest
 
 from scripts.prepare import ensure_llama_server, ensure_model
 from scripts.probe import free_port
-from scripts.stack import (UBATCH, file_tail, llama_exit_reason, start_llama_server, start_proxy,
-                           stop, wait_ready)
+from scripts.stack import (
+    UBATCH,
+    file_tail,
+    llama_exit_reason,
+    start_llama_server,
+    start_proxy,
+    stop,
+    wait_ready,
+)
 
 SLOTS_TIMEOUT_S = 120  # a whole batch of a long prompt on the slowest CPU seen
 
@@ -49,9 +56,12 @@ def wait_for_self_check(url: str, timeout_s: float = 300) -> None:
     leases every slot while it reads, has finished (a decision sent meanwhile waits for it:
     seconds on a slow CPU)."""
     deadline = time.monotonic() + timeout_s
-    while not all(check.get("repeatable") is not None for check in (
+    while not all(
+        check.get("repeatable") is not None
+        for check in (
             httpx.get(url + "/v1/models", timeout=60).json().get("x_repeatable") or {"": {}}
-    ).values()):
+        ).values()
+    ):
         assert time.monotonic() < deadline, "the self-check did not finish"
         time.sleep(0.2)
 
@@ -81,8 +91,11 @@ def launch_llama(logs_dir: Path, name: str, port: int | None = None):
     log = open(logs_dir / f"{name}-{port}.log", "ab")
     proc = start_llama_server(binary, model, port, log=log)
     try:
-        wait_ready(f"http://127.0.0.1:{port}/health", proc,
-                   why=llama_exit_reason(lambda: file_tail(log.name)))
+        wait_ready(
+            f"http://127.0.0.1:{port}/health",
+            proc,
+            why=llama_exit_reason(lambda: file_tail(log.name)),
+        )
     except BaseException:
         stop(proc)
         log.close()
@@ -101,11 +114,16 @@ def launch_proxy(logs_dir: Path, upstream_url: str, *extra: str, env: dict[str, 
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PROXY_", "UPSTREAM_"))}
     told = "--upstream-ubatch" in extra or "PROXY_UPSTREAM_UBATCH" in (env or {})
     ubatch = UBATCH if upstream_url in _STARTED and not told else None
-    proc = start_proxy(port, upstream_url, list(extra), log=log, env={**clean, **(env or {})},
-                       ubatch=ubatch)
+    proc = start_proxy(
+        port, upstream_url, list(extra), log=log, env={**clean, **(env or {})}, ubatch=ubatch
+    )
     try:
-        wait_ready(f"http://127.0.0.1:{port}/metrics", proc, timeout_s=30,
-                   why=lambda rc: f"the proxy exited with {rc}: {file_tail(log.name)[-2000:]}")
+        wait_ready(
+            f"http://127.0.0.1:{port}/metrics",
+            proc,
+            timeout_s=30,
+            why=lambda rc: f"the proxy exited with {rc}: {file_tail(log.name)[-2000:]}",
+        )
     except BaseException:
         stop(proc)
         log.close()

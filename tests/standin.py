@@ -13,7 +13,6 @@ import threading
 from aiohttp import web
 
 from proxy.kv import common_prefix
-
 from tests.conftest import free_port
 
 __all__ = ["StandIn"]
@@ -21,8 +20,20 @@ __all__ = ["StandIn"]
 _CONTEXT = "<|im_end|>\n<|im_start|>assistant\n"
 _GOOD = {
     "model": "standin",
-    "choices": [{"logprobs": {"content": [{"top_logprobs": [
-        {"id": 49 + i, "token": chr(65 + i), "logprob": -0.5 - i} for i in range(26)]}]}}],
+    "choices": [
+        {
+            "logprobs": {
+                "content": [
+                    {
+                        "top_logprobs": [
+                            {"id": 49 + i, "token": chr(65 + i), "logprob": -0.5 - i}
+                            for i in range(26)
+                        ]
+                    }
+                ]
+            }
+        }
+    ],
     "usage": {"prompt_tokens": 30},
 }
 
@@ -76,7 +87,7 @@ class StandIn:
         try:
             self._loop.run_until_complete(runner.setup())
             self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        except BaseException as exc:  # a port in use, say: __enter__ raises it
+        except BaseException as exc:  # noqa: BLE001 (a port in use, say: __enter__ raises it)
             self._failed = exc
             self._ready.set()
             return
@@ -105,7 +116,7 @@ class StandIn:
     async def _tokenize(self, request: web.Request) -> web.Response:
         text = (await request.json())["content"]
         base = [2, 198, 1, 520, 9531, 198]
-        tail = text[len(_CONTEXT):] if text.startswith(_CONTEXT) else None
+        tail = text[len(_CONTEXT) :] if text.startswith(_CONTEXT) else None
         if tail is None:
             return web.json_response({"tokens": [ord(c) for c in text] if self.tokens else [0] * 3})
         if tail == "":
@@ -121,12 +132,15 @@ class StandIn:
         # a whole cached prompt: its last token again
         reused = min(common_prefix(held, tokens), len(tokens) - 1)
         self._slots[slot] = list(tokens)
-        answer = {"model": "standin", "timings": {"cache_n": reused,
-                                                  "prompt_n": len(tokens) - reused}}
+        answer = {
+            "model": "standin",
+            "timings": {"cache_n": reused, "prompt_n": len(tokens) - reused},
+        }
         if body.get("n_probs"):
             self.hits_chat += 1
             answer["completion_probabilities"] = [
-                {"top_logprobs": _GOOD["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}]
+                {"top_logprobs": _GOOD["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
+            ]
         return web.json_response(answer)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -140,20 +154,25 @@ class StandIn:
                 raise
             return web.json_response(_GOOD)
         if self.mode == "truncated":
-            resp = web.StreamResponse(headers={"Content-Type": "application/json",
-                                               "Content-Length": "4000"})
+            resp = web.StreamResponse(
+                headers={"Content-Type": "application/json", "Content-Length": "4000"}
+            )
             await resp.prepare(request)
             await resp.write(b'{"model": "standin", "choices": [{"logp')
             request.transport.close()
             return resp
         if self.mode == "invalid_json":
-            return web.Response(text='{"model": "standin", "choices": [', content_type="application/json")
+            return web.Response(
+                text='{"model": "standin", "choices": [', content_type="application/json"
+            )
         if self.mode == "error_500":
-            return web.json_response({"error": {"code": 500, "message": "CUDA out of memory"}},
-                                     status=500)
+            return web.json_response(
+                {"error": {"code": 500, "message": "CUDA out of memory"}}, status=500
+            )
         if self.mode == "loading":
-            return web.json_response({"error": {"code": 503, "message": "Loading model"}},
-                                     status=503)
+            return web.json_response(
+                {"error": {"code": 503, "message": "Loading model"}}, status=503
+            )
         return web.json_response(_GOOD)
 
 
@@ -163,9 +182,12 @@ if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens] [--slots
 
     parser = argparse.ArgumentParser(prog="python -m tests.standin")
     parser.add_argument("port", type=int, nargs="?")
-    parser.add_argument("--tokens", action="store_true",
-                        help="tokenise text one token per character: the proxy then reads "
-                             "through /completion (see StandIn)")
+    parser.add_argument(
+        "--tokens",
+        action="store_true",
+        help="tokenise text one token per character: the proxy then reads "
+        "through /completion (see StandIn)",
+    )
     parser.add_argument("--slots", type=int, default=2, help="total_slots /props reports")
     args = parser.parse_args()
     standin = StandIn(tokens=args.tokens)

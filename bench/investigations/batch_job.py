@@ -52,8 +52,9 @@ def records(path: Path) -> list[dict]:
     return out
 
 
-def run(url: str, src: Path, dst: Path, extra: list[str], kill_after: int | None
-        ) -> tuple[float, int | None]:
+def run(
+    url: str, src: Path, dst: Path, extra: list[str], kill_after: int | None
+) -> tuple[float, int | None]:
     """One run of the batch command; with ``kill_after``, SIGKILL it once that many
     records are in ``dst``. Seconds taken and the exit code (None when killed)."""
     cmd = [sys.executable, "-m", "proxy", "batch", str(src), str(dst), "--url", url, *extra]
@@ -90,11 +91,15 @@ def main() -> None:
     latest = {r["id"]: r for r in done}
     answered = sum(1 for r in latest.values() if "answer" in r)
     print(describe())
-    print(f"{args.lines} lines; killed with SIGKILL after {before} records in {first_s:.1f} s "
-          f"({before / first_s:.2f} lines/s); resumed: {len(done) - before} records in "
-          f"{second_s:.1f} s ({(len(done) - before) / second_s:.2f} lines/s), exit {code}")
-    print(f"output: {len(done)} records, {len(set(ids))} distinct ids, {answered} answered; "
-          f"ids written twice: {len(ids) - len(set(ids))}")
+    print(
+        f"{args.lines} lines; killed with SIGKILL after {before} records in {first_s:.1f} s "
+        f"({before / first_s:.2f} lines/s); resumed: {len(done) - before} records in "
+        f"{second_s:.1f} s ({(len(done) - before) / second_s:.2f} lines/s), exit {code}"
+    )
+    print(
+        f"output: {len(done)} records, {len(set(ids))} distinct ids, {answered} answered; "
+        f"ids written twice: {len(ids) - len(set(ids))}"
+    )
     if code != 0 or len(latest) != args.lines or answered != args.lines:
         sys.exit("the resumed job did not leave every line answered once")
 

@@ -53,18 +53,32 @@ def json_body(state_text: str, q: Question) -> dict:
     """A plain chat request asking for ``{"answer": <one of _enum(q)>}``."""
     lines = [f"- {' '.join(shown.split())}" for shown in q.shown]
     enum = _enum(q)
-    block = "\n".join([
-        q.instructions or "Which option fits best?", "", "Options:", *lines, "",
-        'Answer in JSON as {"answer": "<option>"}, where <option> is exactly one of: '
-        + ", ".join(orjson.dumps(e).decode() for e in enum) + ".",
-    ])
-    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": enum}},
-              "required": ["answer"], "additionalProperties": False}
+    block = "\n".join(
+        [
+            q.instructions or "Which option fits best?",
+            "",
+            "Options:",
+            *lines,
+            "",
+            'Answer in JSON as {"answer": "<option>"}, where <option> is exactly one of: '
+            + ", ".join(orjson.dumps(e).decode() for e in enum)
+            + ".",
+        ]
+    )
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": enum}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
     return {
         "messages": append_to_conversation(state_messages(state_text), block),
-        "temperature": 0, "max_tokens": 64,
-        "response_format": {"type": "json_schema",
-                            "json_schema": {"name": "answer", "strict": True, "schema": schema}},
+        "temperature": 0,
+        "max_tokens": 64,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "strict": True, "schema": schema},
+        },
         "chat_template_kwargs": {"enable_thinking": False},
     }
 
@@ -97,18 +111,23 @@ def gold_name(gold: object) -> str:
 def _items(n: int) -> list[tuple[str, dict]]:
     """Up to ``n`` items, as evenly as possible from each set, seeded."""
     sets = sorted((ROOT / "tests" / "data").glob("*.jsonl"))
-    rows = {p.stem: [orjson.loads(x) for x in p.read_text().splitlines() if x.strip()]
-            for p in sets}
+    rows = {
+        p.stem: [orjson.loads(x) for x in p.read_text().splitlines() if x.strip()] for p in sets
+    }
     per = -(-n // max(1, len(rows)))
-    picked = [(name, row) for name, all_rows in rows.items()
-              for row in random.Random(0).sample(all_rows, min(per, len(all_rows)))]
+    picked = [
+        (name, row)
+        for name, all_rows in rows.items()
+        for row in random.Random(0).sample(all_rows, min(per, len(all_rows)))
+    ]
     return picked[:n]
 
 
 async def _timed_post(session, url: str, body: dict) -> tuple[float, int, dict]:
     t0 = time.perf_counter()
-    async with session.post(url, data=orjson.dumps(body),
-                            headers={"Content-Type": "application/json"}) as r:
+    async with session.post(
+        url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
+    ) as r:
         raw = await r.read()
     return time.perf_counter() - t0, r.status, orjson.loads(raw) if raw else {}
 
@@ -120,11 +139,13 @@ async def compare(proxy_url: str, items: list[tuple[str, dict]]) -> list[dict]:
         for i, (set_name, row) in enumerate(items):
             request = {k: v for k, v in row.items() if k != "gold"}
             call = parse_request(request)
-            (qid, q), = call.questions.items()
-            ways = {"systemone": (proxy_url + "/v1/systemone", request),
-                    "json": (proxy_url + "/v1/chat/completions", json_body(call.state_text, q))}
+            ((qid, q),) = call.questions.items()
+            ways = {
+                "systemone": (proxy_url + "/v1/systemone", request),
+                "json": (proxy_url + "/v1/chat/completions", json_body(call.state_text, q)),
+            }
             record = {"set": set_name, "kind": q.kind, "gold": gold_name(row["gold"])}
-            for way in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
+            for way in list(ways) if i % 2 == 0 else list(ways)[::-1]:
                 latency, status, body = await _timed_post(session, *ways[way])
                 pred = None
                 if status == 200 and way == "systemone":
@@ -144,11 +165,18 @@ def summarise(records: list[dict], way: str) -> dict:
     for name in sorted({r["set"] for r in records}):
         rs = [r for r in records if r["set"] == name]
         by_set[name] = sum(r[way]["prediction"] == r["gold"] for r in rs) / len(rs)
-    return {"items": len(records), "correct": correct, "accuracy": correct / len(records),
-            "invalid": sum(r[way]["prediction"] is None for r in records),
-            "non_200": sum(r[way]["status"] != 200 for r in records),
-            "p50_ms": q[49], "p95_ms": q[94], "mean_ms": statistics.fmean(lat),
-            "total_s": sum(lat) / 1e3, "accuracy_by_set": by_set}
+    return {
+        "items": len(records),
+        "correct": correct,
+        "accuracy": correct / len(records),
+        "invalid": sum(r[way]["prediction"] is None for r in records),
+        "non_200": sum(r[way]["status"] != 200 for r in records),
+        "p50_ms": q[49],
+        "p95_ms": q[94],
+        "mean_ms": statistics.fmean(lat),
+        "total_s": sum(lat) / 1e3,
+        "accuracy_by_set": by_set,
+    }
 
 
 def main() -> None:
@@ -159,14 +187,20 @@ def main() -> None:
     items = _items(args.items)
     with llama_server() as llama_url, proxy(llama_url) as proxy_url:
         records = asyncio.run(compare(proxy_url, items))
-    result = {"ways": {w: summarise(records, w) for w in ("systemone", "json")},
-              "records": records, "machine": machine, "command": command_line()}
+    result = {
+        "ways": {w: summarise(records, w) for w in ("systemone", "json")},
+        "records": records,
+        "machine": machine,
+        "command": command_line(),
+    }
     print(f"{len(records)} items from {sorted({r['set'] for r in records})}, concurrency 1")
     print(f"  {'':10}{'accuracy':>9}{'invalid':>8}{'p50 ms':>9}{'p95 ms':>9}{'total s':>9}  by set")
     for way, s in result["ways"].items():
         sets = "  ".join(f"{k} {v:.2f}" for k, v in s["accuracy_by_set"].items())
-        print(f"  {way:10}{s['accuracy']:9.3f}{s['invalid']:8}{s['p50_ms']:9.1f}{s['p95_ms']:9.1f}"
-              f"{s['total_s']:9.1f}  {sets}")
+        print(
+            f"  {way:10}{s['accuracy']:9.3f}{s['invalid']:8}{s['p50_ms']:9.1f}{s['p95_ms']:9.1f}"
+            f"{s['total_s']:9.1f}  {sets}"
+        )
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / "json_vs_decision.json"
     path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

@@ -44,9 +44,16 @@ def batches() -> None:
             best = {63: float("inf"), 512: float("inf")}
             for _ in range(2):
                 for ubatch, url in urls.items():
-                    answer = httpx.post(url + "/completion", timeout=600, json={
-                        "prompt": tokens[:n], "n_predict": 0, "cache_prompt": False,
-                        "id_slot": 0}).json()
+                    answer = httpx.post(
+                        url + "/completion",
+                        timeout=600,
+                        json={
+                            "prompt": tokens[:n],
+                            "n_predict": 0,
+                            "cache_prompt": False,
+                            "id_slot": 0,
+                        },
+                    ).json()
                     best[ubatch] = min(best[ubatch], answer["timings"]["prompt_ms"])
             print(f"{n:6}  {best[63]:9.0f}  {best[512]:10.0f}  {best[63] / best[512]:5.2f}")
 
@@ -56,15 +63,25 @@ def many_options() -> None:
     options = [f"team {i:03d}" for i in range(255)]
     with llama_server() as llama_url, proxy(llama_url) as url:
         for what, tag in (("new", "a"), ("replay", "a"), ("new again", "b")):
-            body = {"model": "m", "semif": {"options": options}, "messages": [
-                {"role": "user", "content": f"Route this ticket {tag}: my order arrived broken."}]}
+            body = {
+                "model": "m",
+                "semif": {"options": options},
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": f"Route this ticket {tag}: my order arrived broken.",
+                    }
+                ],
+            }
             started = time.perf_counter()
             resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
             took = time.perf_counter() - started
             answer = resp.json()
-            print(f"255 options, {what:9}: {resp.status_code} in {took:5.1f} s, "
-                  f"{answer['semif']['reads']} reads, {answer['usage']['prompt_tokens']} prompt "
-                  f"tokens in all; {resp.headers.get('Server-Timing')}")
+            print(
+                f"255 options, {what:9}: {resp.status_code} in {took:5.1f} s, "
+                f"{answer['semif']['reads']} reads, {answer['usage']['prompt_tokens']} prompt "
+                f"tokens in all; {resp.headers.get('Server-Timing')}"
+            )
 
 
 if __name__ == "__main__":

@@ -186,8 +186,10 @@ class Profile:
                 "test": dict(self.threshold.test),
             },
             "label_mass_floor": self.label_mass_floor,
-            "position_prior": {kind: {str(n): list(p) for n, p in sorted(priors.items())}
-                               for kind, priors in self.position_prior.items()},
+            "position_prior": {
+                kind: {str(n): list(p) for n, p in sorted(priors.items())}
+                for kind, priors in self.position_prior.items()
+            },
             "metrics": dict(self.metrics),
         }
 
@@ -263,11 +265,12 @@ def _from_json(data: Any) -> Profile:
         dict(t.get("test") or {}),
     )
     if data.get("debias") not in DEBIAS_MODES:
-        raise ProfileInvalid(f"debias must be one of {list(DEBIAS_MODES)}, "
-                             f"got {data.get('debias')!r}")
+        raise ProfileInvalid(
+            f"debias must be one of {list(DEBIAS_MODES)}, got {data.get('debias')!r}"
+        )
     priors = _priors(data.get("position_prior") or {})
     if data.get("debias") == "pride" and not priors:
-        raise ProfileInvalid("debias \"pride\" needs a position_prior")
+        raise ProfileInvalid('debias "pride" needs a position_prior')
     for key in ("name", "model", "prompt_format_version", "created", "data_sha256"):
         if not isinstance(data[key], str):
             raise ProfileInvalid(f"{key} must be a string")
@@ -275,14 +278,21 @@ def _from_json(data: Any) -> Profile:
         if not isinstance(data.get(key, ""), str):
             raise ProfileInvalid(f"{key} must be a string")
     return Profile(
-        name=data["name"], model=data["model"], prompt_format_version=data["prompt_format_version"],
-        created=data["created"], data_sha256=data["data_sha256"], calibration=calibration,
-        threshold=threshold, debias=data.get("debias"), n_items=int(data.get("n_items", 0)),
-        folds=int(data.get("folds", 0)), seed=int(data.get("seed", 0)),
-        metrics=dict(data.get("metrics") or {}), llama_build=data.get("llama_build", ""),
+        name=data["name"],
+        model=data["model"],
+        prompt_format_version=data["prompt_format_version"],
+        created=data["created"],
+        data_sha256=data["data_sha256"],
+        calibration=calibration,
+        threshold=threshold,
+        debias=data.get("debias"),
+        n_items=int(data.get("n_items", 0)),
+        folds=int(data.get("folds", 0)),
+        seed=int(data.get("seed", 0)),
+        metrics=dict(data.get("metrics") or {}),
+        llama_build=data.get("llama_build", ""),
         read_scheme=data.get("read_scheme", ""),
-        label_mass_floor=_number(data.get("label_mass_floor", 0.0), "label_mass_floor",
-                                 lo=0, hi=1),
+        label_mass_floor=_number(data.get("label_mass_floor", 0.0), "label_mass_floor", lo=0, hi=1),
         position_prior=priors,
     )
 
@@ -296,11 +306,11 @@ def _priors(raw: Mapping[str, Any]) -> dict[str, dict[int, tuple[float, ...]]]:
         for count, prior in by_count.items():
             if not str(count).isdigit() or len(prior) != int(count) or int(count) < 2:
                 raise ProfileInvalid(f"position_prior.{kind}.{count}: one weight per position")
-            weights = tuple(_number(w, f"position_prior.{kind}.{count}", lo=0, hi=1)
-                            for w in prior)
+            weights = tuple(_number(w, f"position_prior.{kind}.{count}", lo=0, hi=1) for w in prior)
             if not all(w > 0 for w in weights) or abs(math.fsum(weights) - 1) > 1e-6:
-                raise ProfileInvalid(f"position_prior.{kind}.{count}: positive weights that "
-                                     "sum to 1")
+                raise ProfileInvalid(
+                    f"position_prior.{kind}.{count}: positive weights that sum to 1"
+                )
             out[kind][int(count)] = weights
     return out
 
@@ -355,8 +365,9 @@ def apply(profile: Profile, kind: str, probabilities: Sequence[float]) -> list[f
     return calibrate(entry.method, entry.params, kind, probabilities)
 
 
-def route(profile: Profile, probabilities: Sequence[float], label_mass: float,
-          floor: float | None = None) -> tuple[Literal["auto", "review"], str]:
+def route(
+    profile: Profile, probabilities: Sequence[float], label_mass: float, floor: float | None = None
+) -> tuple[Literal["auto", "review"], str]:
     """The route and why: "review" because the labels got less than ``floor`` (the request's
     override, else the profile's) of the model's probability ("label_mass"), because the
     profile has no threshold ("no_threshold") or because the (calibrated) top probability is
@@ -400,12 +411,15 @@ def check_compatible(profile: Profile, model: str, prompt_format_version: str) -
         raise ProfileMismatch(
             f"calibration profile {profile.name!r} was fitted for model {profile.model!r}, "
             f"but this server runs {model!r}",
-            field="model", profile_value=profile.model, server_value=model,
+            field="model",
+            profile_value=profile.model,
+            server_value=model,
         )
     if profile.prompt_format_version != prompt_format_version:
         raise ProfileMismatch(
             f"calibration profile {profile.name!r} was fitted for prompt format "
             f"{profile.prompt_format_version!r}, but this server uses {prompt_format_version!r}",
-            field="prompt_format_version", profile_value=profile.prompt_format_version,
+            field="prompt_format_version",
+            profile_value=profile.prompt_format_version,
             server_value=prompt_format_version,
         )

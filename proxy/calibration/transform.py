@@ -125,8 +125,9 @@ def isotonic_scale(
     return _keep_choice(probs, out)
 
 
-def calibrate(method: str, params: Mapping[str, Any], kind: str, probs: Sequence[float]
-              ) -> list[float]:
+def calibrate(
+    method: str, params: Mapping[str, Any], kind: str, probs: Sequence[float]
+) -> list[float]:
     """Apply one fitted method (see the module docstring) to one answer."""
     if not probs:
         raise ValueError("no probabilities")

@@ -54,14 +54,18 @@ def parse_debias(spec: object, n_options: int) -> tuple[str | None, list[int]]:
         return "cyclic", shifts(n_options)
     if spec in ("pride", "contextual"):
         return str(spec), []
-    if (isinstance(spec, dict) and spec.get("method") == "cyclic"
-            and set(spec) <= {"method", "rotations"}):
+    if (
+        isinstance(spec, dict)
+        and spec.get("method") == "cyclic"
+        and set(spec) <= {"method", "rotations"}
+    ):
         k = spec.get("rotations")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
             raise DebiasError("rotations must be an integer")
         return "cyclic", shifts(n_options, k)
-    raise DebiasError('debias must be "cyclic", {"method": "cyclic", "rotations": k}, '
-                      '"pride" or "contextual"')
+    raise DebiasError(
+        'debias must be "cyclic", {"method": "cyclic", "rotations": k}, "pride" or "contextual"'
+    )
 
 
 def shifts(n_options: int, rotations: int | None = None) -> list[int]:
@@ -130,8 +134,9 @@ def question_prior(rotations: Sequence[Sequence[float]]) -> list[float]:
     n = len(rotations[0])
     if any(len(r) != n for r in rotations):
         raise ValueError("every read needs one probability per position")
-    logs = [math.fsum(math.log(max(r[i], 1e-300)) for r in rotations) / len(rotations)
-            for i in range(n)]
+    logs = [
+        math.fsum(math.log(max(r[i], 1e-300)) for r in rotations) / len(rotations) for i in range(n)
+    ]
     top = max(logs)
     weights = [math.exp(x - top) for x in logs]
     total = math.fsum(weights)

@@ -78,9 +78,7 @@ def options_block(question: Question, labels: Sequence[str]) -> str:
     return "\n".join([header, "", "Options:", *lines, "", ANSWER_INSTRUCTION])
 
 
-def append_to_conversation(
-    messages: Sequence[dict[str, Any]], block: str
-) -> list[dict[str, Any]]:
+def append_to_conversation(messages: Sequence[dict[str, Any]], block: str) -> list[dict[str, Any]]:
     """A copy of ``messages`` with ``block`` after the last user turn's text.
 
     The caller's list and dicts are left untouched.
@@ -99,9 +97,7 @@ def append_to_conversation(
     return out
 
 
-def options_first(
-    messages: Sequence[dict[str, Any]], block: str
-) -> list[dict[str, Any]]:
+def options_first(messages: Sequence[dict[str, Any]], block: str) -> list[dict[str, Any]]:
     """A copy of ``messages`` with ``block`` as the first system turn (before the caller's
     own system text, in the same turn) and ``ANSWER_CUE`` after the last user turn's text.
     The caller's list and dicts are left untouched."""
@@ -125,7 +121,7 @@ def answer_context(rendered_prompt: str) -> str:
     at = rendered_prompt.rfind(ANSWER_INSTRUCTION)
     if at < 0:
         raise ValueError("the rendered prompt lost the answer instruction")
-    return rendered_prompt[at + len(ANSWER_INSTRUCTION):]
+    return rendered_prompt[at + len(ANSWER_INSTRUCTION) :]
 
 
 def content_free(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -78,7 +78,10 @@ def check_temperature(value: object, loc: tuple[str | int, ...]) -> float:
 
 
 def choice_question(
-    options: object, *, loc: tuple[str | int, ...] = ("options",), instructions: str | None = None,
+    options: object,
+    *,
+    loc: tuple[str | int, ...] = ("options",),
+    instructions: str | None = None,
     temperature: float = 1.0,
 ) -> Question:
     """Options are a list of names or a mapping of name -> description (or null)."""
@@ -93,7 +96,10 @@ def choice_question(
 
 
 def score_question(
-    levels: object, *, loc: tuple[str | int, ...] = ("options",), instructions: str | None = None,
+    levels: object,
+    *,
+    loc: tuple[str | int, ...] = ("options",),
+    instructions: str | None = None,
     temperature: float = 1.0,
 ) -> Question:
     """Levels are an ordered list of descriptions, lowest first; names are "0".."n-1"."""
@@ -112,7 +118,10 @@ def score_question(
 
 
 def noul_question(
-    criteria: object, *, loc: tuple[str | int, ...] = ("options",), instructions: str | None = None,
+    criteria: object,
+    *,
+    loc: tuple[str | int, ...] = ("options",),
+    instructions: str | None = None,
     temperature: float = 1.0,
 ) -> Question:
     """Yes/no; criteria may be absent or map "true"/"false" to descriptions."""
@@ -124,8 +133,9 @@ def noul_question(
         if key not in NOUL_NAMES:
             raise QuestionError(f'noul criteria take only "true" and "false", not {key!r}', loc)
         if not _is_description(desc):
-            raise QuestionError("a description must be a string, object, array or null",
-                                (*loc, key))
+            raise QuestionError(
+                "a description must be a string, object, array or null", (*loc, key)
+            )
     shown = tuple(_with_description(_NOUL_SHOWN[n], criteria.get(n)) for n in NOUL_NAMES)
     return Question("noul", NOUL_NAMES, shown, instructions, temperature)
 
@@ -147,7 +157,8 @@ def _names_and_descriptions(
         names, descriptions = list(options), [None] * len(options)
     else:
         raise QuestionError(
-            "options must be a list of names or an object of name: description", loc)
+            "options must be a list of names or an object of name: description", loc
+        )
     for i, name in enumerate(names):
         if not isinstance(name, str):
             raise QuestionError("option names must be strings", (*loc, i))

@@ -20,11 +20,16 @@ __all__ = ["CHECK_OPTIONS", "CHECK_TEXT", "Check", "OTHER_TEXT", "WAYS", "compar
 CHECK_TEXT = " ".join(
     f"Entry {i}: the parcel for order {4100 + i} left the warehouse on day {i % 7 + 1}, "
     f"was scanned at hub {chr(65 + i % 26)} and is expected within {i % 5 + 2} days."
-    for i in range(12))
-OTHER_TEXT = CHECK_TEXT[:len(CHECK_TEXT) // 2] + " The rest of this note is about invoices."
+    for i in range(12)
+)
+OTHER_TEXT = CHECK_TEXT[: len(CHECK_TEXT) // 2] + " The rest of this note is about invoices."
 CHECK_OPTIONS = ("delivered", "in transit", "lost")
-WAYS = ("from an unknown slot", "after another conversation in the same slot",
-        "as a replay", "in another slot")
+WAYS = (
+    "from an unknown slot",
+    "after another conversation in the same slot",
+    "as a replay",
+    "in another slot",
+)
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,12 @@ class Check:
     checked_at: float = 0.0  # unix time
 
     def as_json(self) -> dict[str, object]:
-        return {"read_scheme": self.scheme, "repeatable": self.repeatable,
-                "detail": self.detail, "checked_at": self.checked_at}
+        return {
+            "read_scheme": self.scheme,
+            "repeatable": self.repeatable,
+            "detail": self.detail,
+            "checked_at": self.checked_at,
+        }
 
 
 def compare(reads: Sequence[Mapping[int, float]]) -> tuple[bool, str]:
@@ -50,6 +59,8 @@ def compare(reads: Sequence[Mapping[int, float]]) -> tuple[bool, str]:
         if read != first:
             common = set(read) & set(first)
             gap = max((abs(read[t] - first[t]) for t in common), default=float("inf"))
-            return False, (f"the read {way} differs from the one {WAYS[0]}: largest "
-                           f"log-probability change {gap:.3g} over {len(common)} common tokens")
+            return False, (
+                f"the read {way} differs from the one {WAYS[0]}: largest "
+                f"log-probability change {gap:.3g} over {len(common)} common tokens"
+            )
     return True, f"{len(reads)} reads identical"

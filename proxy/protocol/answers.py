@@ -10,8 +10,15 @@ from pydantic import Field, JsonValue
 
 from .wire import Open, Probability
 
-__all__ = ["ChoiceAnswer", "ScoreAnswer", "NoulAnswer", "Calibrated", "Route", "RouteReason",
-           "DebiasMethod"]
+__all__ = [
+    "ChoiceAnswer",
+    "ScoreAnswer",
+    "NoulAnswer",
+    "Calibrated",
+    "Route",
+    "RouteReason",
+    "DebiasMethod",
+]
 
 Route = Literal["auto", "review"]
 # calibration/profile.py's ROUTE_REASONS (a unit test holds them equal)
@@ -37,7 +44,8 @@ class ScoreAnswer(Open):
     type: Literal["score"]
     score: Annotated[float, Field(ge=0)] = Field(description="the expected level, 0 lowest")
     legend: dict[str, str | dict[str, JsonValue] | list[JsonValue]] = Field(
-        description="each level's number (as text) -> the level as the request gave it")
+        description="each level's number (as text) -> the level as the request gave it"
+    )
     probabilities: dict[str, Probability] = Field(description="by level number, summing to 1")
     confidence: Probability
 

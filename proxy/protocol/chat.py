@@ -23,8 +23,16 @@ from .answers import (
 )
 from .wire import Count, Layout, Open, Probability, PromptFormat
 
-__all__ = ["LEAST_LOGPROB", "SemifAnswer", "ChatCompletion", "ChatCompletionChunk",
-           "semif_object", "logprobs_object", "completion_body", "completion_chunks"]
+__all__ = [
+    "LEAST_LOGPROB",
+    "SemifAnswer",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "semif_object",
+    "logprobs_object",
+    "completion_body",
+    "completion_chunks",
+]
 
 LEAST_LOGPROB = -9999.0  # OpenAI's stand-in for a probability that rounds to 0
 
@@ -33,7 +41,8 @@ class _ReadFacts(Open):
     """How the answer was read (``semif_object``)."""
 
     label_mass: Annotated[float, Field(ge=0)] = Field(
-        description="the options' share of the next-token probability before normalising")
+        description="the options' share of the next-token probability before normalising"
+    )
     labels: dict[str, str] = Field(description="option -> the label the model read it by")
     reads: Annotated[int, Field(ge=1)]
     prompt_format_version: PromptFormat
@@ -46,7 +55,8 @@ class _ReadFacts(Open):
     read_scheme: str | None = None
     repeatable: bool | None = Field(None, description="the server's self-check, once it ran")
     logprobs_of: Literal["calibrated", "debiased", "read"] | None = Field(
-        None, description="what choices[0].logprobs list (only when the request asked)")
+        None, description="what choices[0].logprobs list (only when the request asked)"
+    )
 
 
 class SemifChoiceAnswer(ChoiceAnswer, _ReadFacts):
@@ -61,8 +71,9 @@ class SemifNoulAnswer(NoulAnswer, _ReadFacts):
     probabilities: dict[str, Probability] = Field(description='"true" and "false"')
 
 
-SemifAnswer = Annotated[SemifChoiceAnswer | SemifScoreAnswer | SemifNoulAnswer,
-                        Field(discriminator="type")]
+SemifAnswer = Annotated[
+    SemifChoiceAnswer | SemifScoreAnswer | SemifNoulAnswer, Field(discriminator="type")
+]
 
 
 class _AnswerMessage(Open):
@@ -180,8 +191,11 @@ def _logprobs_of(outcome: Outcome) -> str:
 
 
 def _entry(name: str, p: float) -> dict[str, Any]:
-    return {"token": name, "logprob": math.log(p) if p > 0 else LEAST_LOGPROB,
-            "bytes": list(name.encode("utf-8"))}
+    return {
+        "token": name,
+        "logprob": math.log(p) if p > 0 else LEAST_LOGPROB,
+        "bytes": list(name.encode("utf-8")),
+    }
 
 
 def logprobs_object(outcome: Outcome, top: int) -> dict[str, Any]:
@@ -196,8 +210,9 @@ def logprobs_object(outcome: Outcome, top: int) -> dict[str, Any]:
     return {"content": [chosen], "refusal": None}
 
 
-def completion_body(outcome: Outcome, model: str | None,
-                    top_logprobs: int | None = None) -> dict[str, Any]:
+def completion_body(
+    outcome: Outcome, model: str | None, top_logprobs: int | None = None
+) -> dict[str, Any]:
     """The ``chat.completion``; with ``top_logprobs`` (the request asked for logprobs) the
     distribution also in ``choices[0].logprobs``, where every OpenAI client keeps it."""
     semif = semif_object(outcome)
@@ -223,8 +238,12 @@ def completion_body(outcome: Outcome, model: str | None,
     }
 
 
-def completion_chunks(outcome: Outcome, model: str | None, top_logprobs: int | None = None,
-                      include_usage: bool = False) -> list[dict[str, Any]]:
+def completion_chunks(
+    outcome: Outcome,
+    model: str | None,
+    top_logprobs: int | None = None,
+    include_usage: bool = False,
+) -> list[dict[str, Any]]:
     """The whole answer as one ``chat.completion.chunk``, then, when the request asked for
     usage (``stream_options.include_usage``), OpenAI's usage chunk with no choices (the
     answer's chunk then carries ``usage: null``, as OpenAI's do)."""

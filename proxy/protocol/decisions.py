@@ -112,8 +112,11 @@ def _text_or_list(value: Any) -> str | None:
 
 
 # A string, or a list of parts; only the branch that applies reports errors.
-_TEXT_OR_LIST = Discriminator(_text_or_list, custom_error_type="text_or_list",
-                              custom_error_message="must be a string or a list of parts")
+_TEXT_OR_LIST = Discriminator(
+    _text_or_list,
+    custom_error_type="text_or_list",
+    custom_error_message="must be a string or a list of parts",
+)
 _Text = Annotated[str, Tag("text")]
 _UserPart = Annotated[_InputText | _Image | _Json, Field(discriminator="type")]
 _AssistantPart = Annotated[_OutputText | _Refusal, Field(discriminator="type")]
@@ -121,11 +124,9 @@ _OutputPart = Annotated[_InputText | _Image, Field(discriminator="type")]
 _InstructionPart = Annotated[_QuestionText | _Image | _Json, Field(discriminator="type")]
 _UserContent = Annotated[_Text | Annotated[list[_UserPart], Tag("list")], _TEXT_OR_LIST]
 _TextContent = Annotated[_Text | Annotated[list[_InputText], Tag("list")], _TEXT_OR_LIST]
-_AssistantContent = Annotated[_Text | Annotated[list[_AssistantPart], Tag("list")],
-                              _TEXT_OR_LIST]
+_AssistantContent = Annotated[_Text | Annotated[list[_AssistantPart], Tag("list")], _TEXT_OR_LIST]
 _OutputContent = Annotated[_Text | Annotated[list[_OutputPart], Tag("list")], _TEXT_OR_LIST]
-_Instructions = Annotated[_Text | Annotated[list[_InstructionPart], Tag("list")],
-                          _TEXT_OR_LIST]
+_Instructions = Annotated[_Text | Annotated[list[_InstructionPart], Tag("list")], _TEXT_OR_LIST]
 
 
 class _Message(_Strict):
@@ -196,17 +197,23 @@ def _item_tag(value: Any) -> str | None:
 
 
 _Item = Annotated[
-    Union[Annotated[_UserMessage, Tag("user")], Annotated[_DeveloperMessage, Tag("developer")],
-          Annotated[_SystemMessage, Tag("system")],
-          Annotated[_AssistantMessage, Tag("assistant")],
-          Annotated[_FunctionCall, Tag("function_call")],
-          Annotated[_FunctionCallOutput, Tag("function_call_output")],
-          Annotated[_CustomToolCall, Tag("custom_tool_call")],
-          Annotated[_CustomToolCallOutput, Tag("custom_tool_call_output")]],
-    Discriminator(_item_tag, custom_error_type="input_item",
-                  custom_error_message="must be a user, developer, system or assistant message, "
-                  "or a function_call, function_call_output, custom_tool_call or "
-                  "custom_tool_call_output item"),
+    Union[
+        Annotated[_UserMessage, Tag("user")],
+        Annotated[_DeveloperMessage, Tag("developer")],
+        Annotated[_SystemMessage, Tag("system")],
+        Annotated[_AssistantMessage, Tag("assistant")],
+        Annotated[_FunctionCall, Tag("function_call")],
+        Annotated[_FunctionCallOutput, Tag("function_call_output")],
+        Annotated[_CustomToolCall, Tag("custom_tool_call")],
+        Annotated[_CustomToolCallOutput, Tag("custom_tool_call_output")],
+    ],
+    Discriminator(
+        _item_tag,
+        custom_error_type="input_item",
+        custom_error_message="must be a user, developer, system or assistant message, "
+        "or a function_call, function_call_output, custom_tool_call or "
+        "custom_tool_call_output item",
+    ),
 ]
 
 
@@ -229,8 +236,9 @@ class _ChoiceOption(_Strict):
 class _DecisionsChoice(_Question):
     type: Literal["choice"]
     # the limits are the question builders' to check (schema only)
-    choices: list[_ChoiceOption] = Field(json_schema_extra={"minItems": MIN_OPTIONS,
-                                                            "maxItems": MAX_OPTIONS})
+    choices: list[_ChoiceOption] = Field(
+        json_schema_extra={"minItems": MIN_OPTIONS, "maxItems": MAX_OPTIONS}
+    )
 
 
 class _Level(_Strict):
@@ -240,8 +248,7 @@ class _Level(_Strict):
 
 class _DecisionsScore(_Question):
     type: Literal["score"]
-    levels: list[_Level] = Field(json_schema_extra={"minItems": MIN_LEVELS,
-                                                    "maxItems": MAX_LEVELS})
+    levels: list[_Level] = Field(json_schema_extra={"minItems": MIN_LEVELS, "maxItems": MAX_LEVELS})
 
 
 class _CacheOptions(_Strict):
@@ -257,8 +264,10 @@ class DecisionsRequest(_Strict):
 
     model: str
     input: Annotated[_Text | Annotated[list[_Item], Tag("list")], _TEXT_OR_LIST]
-    questions: Annotated[list[Annotated[_Asked, Field(discriminator="type")]],
-                         Field(min_length=1, max_length=MAX_QUESTIONS)]
+    questions: Annotated[
+        list[Annotated[_Asked, Field(discriminator="type")]],
+        Field(min_length=1, max_length=MAX_QUESTIONS),
+    ]
     prompt_cache_key: str | None = None  # accepted and unused: llama-server caches prefixes
     prompt_cache_options: _CacheOptions | None = None
     safety_identifier: str | None = None
@@ -338,8 +347,9 @@ def _item_text(item: Any, loc: tuple[str | int, ...], calls: dict[str, set[str]]
         return f"{item.type} {name} ({item.call_id}): {body}"
     call_type = item.type.removesuffix("_output")
     if item.call_id not in calls[call_type]:
-        raise _refused(f"no earlier {call_type} item has call_id {item.call_id!r}",
-                            (*loc, "call_id"))
+        raise _refused(
+            f"no earlier {call_type} item has call_id {item.call_id!r}", (*loc, "call_id")
+        )
     return f"{item.type} ({item.call_id}): {_content_text(item.output, (*loc, 'output'))}"
 
 
@@ -349,8 +359,10 @@ def _content_text(content: str | list[Any], loc: tuple[str | int, ...]) -> str:
     return "\n".join(_part_text(part, (*loc, j)) for j, part in enumerate(content))
 
 
-def _part_text(part: _InputText | _QuestionText | _Image | _Json | _OutputText | _Refusal,
-               loc: tuple[str | int, ...]) -> str:
+def _part_text(
+    part: _InputText | _QuestionText | _Image | _Json | _OutputText | _Refusal,
+    loc: tuple[str | int, ...],
+) -> str:
     if isinstance(part, _Image):
         raise _refused("images are not supported: this server reads text only", loc)
     if isinstance(part, _Json):
@@ -480,9 +492,12 @@ class DecisionsResponse(Open):
     """The openai SDK's ``Decision``: one answer per question, in order."""
 
     model: str
-    answers: list[Annotated[
-        _DecisionsPredicateAnswer | _DecisionsChoiceAnswer | _DecisionsScoreAnswer,
-        Field(discriminator="type")]]
+    answers: list[
+        Annotated[
+            _DecisionsPredicateAnswer | _DecisionsChoiceAnswer | _DecisionsScoreAnswer,
+            Field(discriminator="type"),
+        ]
+    ]
     usage: _DecisionsUsage
 
 
@@ -498,8 +513,10 @@ def response_body(call: DecisionsCall, outcomes: Mapping[str, Outcome]) -> dict[
         "answers": [_answer(a, o.decision) for a, o in zip(call.asked, used)],
         "usage": {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cache_write_tokens": 0,
-                                     "cached_tokens": sum(o.tokens_cached for o in used)},
+            "input_tokens_details": {
+                "cache_write_tokens": 0,
+                "cached_tokens": sum(o.tokens_cached for o in used),
+            },
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,

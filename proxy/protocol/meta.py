@@ -10,8 +10,14 @@ from pydantic import Field
 
 from .wire import Count, Open
 
-__all__ = ["ModelObject", "ModelList", "Health", "Alive", "ExecutionParameters",
-           "MetricsUnavailable"]
+__all__ = [
+    "ModelObject",
+    "ModelList",
+    "Health",
+    "Alive",
+    "ExecutionParameters",
+    "MetricsUnavailable",
+]
 
 
 class ModelObject(Open):

@@ -35,16 +35,29 @@ from ..config import environment_variable
 from ..errors import InvalidRequest
 from .wire import CONTENT_OR_CALLS, Count, Open
 
-__all__ = ["CHAT_PATHS", "GENERATIONS", "PART_FIELDS", "Generation", "Message",
-           "ChatPassThroughRequest", "CompletionsRequest", "EmbeddingsRequest",
-           "RelayedChatCompletion", "check_chat", "length_to_insert", "relayed_body"]
+__all__ = [
+    "CHAT_PATHS",
+    "GENERATIONS",
+    "PART_FIELDS",
+    "Generation",
+    "Message",
+    "ChatPassThroughRequest",
+    "CompletionsRequest",
+    "EmbeddingsRequest",
+    "RelayedChatCompletion",
+    "check_chat",
+    "length_to_insert",
+    "relayed_body",
+]
 
 # The documented pass-through bodies: the fields the proxy checks or bounds, as text
 # conversations. ``check_chat`` also passes image, audio and video parts and the other
 # message fields on to llama-server, which may answer them with its own errors; those
 # stay out of the document, so that a body valid in it never gets llama-server's 500.
-_TOKENS = ("at most the proxy's --relay-max-tokens (2048 by default; 400 above), which is "
-           "inserted when the request names no length")
+_TOKENS = (
+    "at most the proxy's --relay-max-tokens (2048 by default; 400 above), which is "
+    "inserted when the request names no length"
+)
 
 
 class _TextPart(Open):
@@ -103,11 +116,17 @@ class RelayedChatCompletion(Open):
     object: Literal["chat.completion"]
     choices: list[_RelayedChoice]
 
+
 # llama-server's paths whose body is an OpenAI chat body (b11434's route table)
-CHAT_PATHS = frozenset({
-    "/v1/chat/completions", "/chat/completions", "/v1/chat/completions/input_tokens",
-    "/chat/completions/input_tokens", "/apply-template",
-})
+CHAT_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/chat/completions",
+        "/v1/chat/completions/input_tokens",
+        "/chat/completions/input_tokens",
+        "/apply-template",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -125,12 +144,18 @@ class Generation:
 _LENGTH = ("n_predict", "max_completion_tokens", "max_tokens")  # llama-server's precedence
 _OPENAI = Generation("max_tokens", _LENGTH)
 _NATIVE = Generation("n_predict", _LENGTH)
-_RESPONSES = Generation("max_output_tokens", (*_LENGTH[:2], "max_output_tokens", "max_tokens"),
-                        replaces="max_tokens")
+_RESPONSES = Generation(
+    "max_output_tokens", (*_LENGTH[:2], "max_output_tokens", "max_tokens"), replaces="max_tokens"
+)
 GENERATIONS: dict[str, Generation] = {
-    "/v1/chat/completions": _OPENAI, "/chat/completions": _OPENAI, "/v1/completions": _OPENAI,
-    "/completion": _NATIVE, "/completions": _NATIVE, "/infill": _NATIVE,
-    "/v1/responses": _RESPONSES, "/responses": _RESPONSES,
+    "/v1/chat/completions": _OPENAI,
+    "/chat/completions": _OPENAI,
+    "/v1/completions": _OPENAI,
+    "/completion": _NATIVE,
+    "/completions": _NATIVE,
+    "/infill": _NATIVE,
+    "/v1/responses": _RESPONSES,
+    "/responses": _RESPONSES,
     "/v1/messages": Generation("max_tokens", ("max_tokens",)),  # Anthropic's: nothing else
 }
 
@@ -198,11 +223,17 @@ def _check_length(name: str, value: object, cap: int) -> None:
     if value == -1:
         raise InvalidRequest(
             f"{name} -1 asks for no limit; this server caps relayed generations at {cap} "
-            f"tokens ({setting}): ask for at most {cap}", param=name, code="over_token_cap")
+            f"tokens ({setting}): ask for at most {cap}",
+            param=name,
+            code="over_token_cap",
+        )
     if value > cap:
         raise InvalidRequest(
             f"{name} {value} is over this server's cap of {cap} tokens for a relayed "
-            f"generation ({setting}): ask for at most {cap}", param=name, code="over_token_cap")
+            f"generation ({setting}): ask for at most {cap}",
+            param=name,
+            code="over_token_cap",
+        )
     if value < 0:
         raise InvalidRequest(f"{name} must be an integer from 0 to {cap}", param=name)
 
@@ -216,15 +247,17 @@ def check_chat(body: dict[str, Any]) -> None:
     ``tools`` as OpenAI writes them. Roles stay free: a chat template may know others."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages must be a non-empty list of message objects",
-                             param="messages")
+        raise InvalidRequest(
+            "messages must be a non-empty list of message objects", param="messages"
+        )
     for i, message in enumerate(messages):
         _check_message(message, f"messages.{i}")
     _check_tools(body.get("tools"))
     grammar = body.get("grammar")
     if body.get("json_schema") is not None and isinstance(grammar, str) and grammar:
-        raise InvalidRequest("grammar and json_schema cannot be combined: send one",
-                             param="grammar")
+        raise InvalidRequest(
+            "grammar and json_schema cannot be combined: send one", param="grammar"
+        )
 
 
 def _check_message(message: object, param: str) -> None:
@@ -232,19 +265,25 @@ def _check_message(message: object, param: str) -> None:
         raise InvalidRequest("each message must be an object", param=param)
     role = message.get("role")
     if not isinstance(role, str):
-        raise InvalidRequest('each message needs a role, a string such as "user"',
-                             param=f"{param}.role", code="missing_role")
+        raise InvalidRequest(
+            'each message needs a role, a string such as "user"',
+            param=f"{param}.role",
+            code="missing_role",
+        )
     if "content" not in message:
         if role != "assistant" or "tool_calls" not in message:
-            raise InvalidRequest("each message needs content (an assistant message may have "
-                                 "tool_calls instead)", param=f"{param}.content")
+            raise InvalidRequest(
+                "each message needs content (an assistant message may have tool_calls instead)",
+                param=f"{param}.content",
+            )
     content = message.get("content")
     if isinstance(content, list):
         for j, part in enumerate(content):
             _check_part(part, f"{param}.content.{j}")
     elif content is not None and not isinstance(content, str):
-        raise InvalidRequest("content must be a string, null or a list of content parts",
-                             param=f"{param}.content")
+        raise InvalidRequest(
+            "content must be a string, null or a list of content parts", param=f"{param}.content"
+        )
     for field in _MESSAGE_STRINGS:
         if field in message and not isinstance(message[field], str):
             raise InvalidRequest(f"{field} must be a string", param=f"{param}.{field}")
@@ -259,39 +298,56 @@ def _check_message(message: object, param: str) -> None:
 
 def _check_part(part: object, param: str) -> None:
     if not isinstance(part, dict):
-        raise InvalidRequest('each content part must be an object such as {"type": "text", '
-                             '"text": "..."}', param=param)
+        raise InvalidRequest(
+            'each content part must be an object such as {"type": "text", "text": "..."}',
+            param=param,
+        )
     kind = part.get("type")
     if kind == "text":
         if not isinstance(part.get("text"), str):
             raise InvalidRequest("each text part needs text, a string", param=f"{param}.text")
         return
     if not isinstance(kind, str):
-        raise InvalidRequest(f"each content part needs a type, a string: one of "
-                             f"{', '.join(_PART_TYPES)}", param=f"{param}.type")
+        raise InvalidRequest(
+            f"each content part needs a type, a string: one of {', '.join(_PART_TYPES)}",
+            param=f"{param}.type",
+        )
     if kind not in PART_FIELDS:
-        raise InvalidRequest(f"content part type {kind!r} is not one llama-server reads: "
-                             f"{', '.join(_PART_TYPES)}", param=f"{param}.type",
-                             code="unknown_part_type")
+        raise InvalidRequest(
+            f"content part type {kind!r} is not one llama-server reads: {', '.join(_PART_TYPES)}",
+            param=f"{param}.type",
+            code="unknown_part_type",
+        )
     field, needs = PART_FIELDS[kind]
     inner = part.get(field)
     if not isinstance(inner, dict):
-        raise InvalidRequest(f"each {kind} part needs {field}, an object with "
-                             f"{' and '.join(' or '.join(n) for n in needs)}",
-                             param=f"{param}.{field}")
+        raise InvalidRequest(
+            f"each {kind} part needs {field}, an object with "
+            f"{' and '.join(' or '.join(n) for n in needs)}",
+            param=f"{param}.{field}",
+        )
     for names in needs:
         if not any(isinstance(inner.get(name), str) for name in names):
-            raise InvalidRequest(f"{field}.{' or '.join(names)} must be a string",
-                                 param=f"{param}.{field}.{names[0]}")
+            raise InvalidRequest(
+                f"{field}.{' or '.join(names)} must be a string",
+                param=f"{param}.{field}.{names[0]}",
+            )
 
 
 def _check_tool_call(call: object, param: str) -> None:
     function = call.get("function") if isinstance(call, dict) else None
-    if not (isinstance(call, dict) and call.get("type") == "function"
-            and isinstance(function, dict) and isinstance(function.get("name"), str)
-            and isinstance(function.get("arguments"), (str, dict))):
-        raise InvalidRequest('each tool call must be {"type": "function", "function": '
-                             '{"name": "...", "arguments": "..."}}', param=param)
+    if not (
+        isinstance(call, dict)
+        and call.get("type") == "function"
+        and isinstance(function, dict)
+        and isinstance(function.get("name"), str)
+        and isinstance(function.get("arguments"), (str, dict))
+    ):
+        raise InvalidRequest(
+            'each tool call must be {"type": "function", "function": '
+            '{"name": "...", "arguments": "..."}}',
+            param=param,
+        )
     if "id" in call and not isinstance(call["id"], str):
         raise InvalidRequest("a tool call's id must be a string", param=f"{param}.id")
 
@@ -303,10 +359,16 @@ def _check_tools(tools: object) -> None:
         raise InvalidRequest("tools must be a list", param="tools")
     for i, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, dict) else None
-        if not (isinstance(tool, dict) and tool.get("type") == "function"
-                and isinstance(function, dict) and isinstance(function.get("name"), str)
-                and isinstance(function.get("description", ""), str)
-                and isinstance(function.get("parameters", {}), (dict, type(None)))):
+        if not (
+            isinstance(tool, dict)
+            and tool.get("type") == "function"
+            and isinstance(function, dict)
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("description", ""), str)
+            and isinstance(function.get("parameters", {}), (dict, type(None)))
+        ):
             raise InvalidRequest(
                 'each tool must be {"type": "function", "function": {"name": "...", '
-                '"description": "...", "parameters": {...}}}', param=f"tools.{i}")
+                '"description": "...", "parameters": {...}}}',
+                param=f"tools.{i}",
+            )

@@ -38,9 +38,19 @@ from ..errors import InvalidRequest
 from .answers import Calibrated
 from .wire import Count, Open, Probability
 
-__all__ = ["METHODS", "LISTWISE_MAX", "RerankRequest", "RerankResponse", "RelayedRerank",
-           "RerankCall", "parse_request", "pointwise_questions", "listwise_question",
-           "relevance", "response_body"]
+__all__ = [
+    "METHODS",
+    "LISTWISE_MAX",
+    "RerankRequest",
+    "RerankResponse",
+    "RelayedRerank",
+    "RerankCall",
+    "parse_request",
+    "pointwise_questions",
+    "listwise_question",
+    "relevance",
+    "response_body",
+]
 
 METHODS = ("pointwise", "listwise")
 LISTWISE_MAX = MAX_OPTIONS  # one label per document
@@ -60,9 +70,13 @@ class RerankRequest(Open):
     top_n: int | None = Field(None, ge=1, description="all of them when absent")
     return_documents: bool = False
     model: str | None = None
-    x_method: Method = Field("pointwise", description=(
-        "pointwise: P(yes) of a yes/no question per document, the query read once; "
-        f"listwise: one choice over all documents (2 to {LISTWISE_MAX}), scores summing to 1"))
+    x_method: Method = Field(
+        "pointwise",
+        description=(
+            "pointwise: P(yes) of a yes/no question per document, the query read once; "
+            f"listwise: one choice over all documents (2 to {LISTWISE_MAX}), scores summing to 1"
+        ),
+    )
     x_calibration: str | None = Field(None, description="a profile for pointwise scores")
 
 
@@ -100,8 +114,9 @@ class RerankResponse(Open):
     usage: _RerankUsage
     meta: _CohereMeta
     x_method: Method
-    x_evaluated_tokens: Count = Field(description="what llama-server computed; the rest "
-                                                  "came from its cache")
+    x_evaluated_tokens: Count = Field(
+        description="what llama-server computed; the rest came from its cache"
+    )
     x_prompt_format_version: Literal["semif-1"]
     x_calibration: Calibrated | None = None
 
@@ -131,8 +146,9 @@ class RerankCall:
     calibration: str | None  # a profile's name (pointwise scores only)
 
 
-def parse_request(body: Mapping[str, Any], *, max_documents: int,
-                  max_document_chars: int) -> RerankCall:
+def parse_request(
+    body: Mapping[str, Any], *, max_documents: int, max_document_chars: int
+) -> RerankCall:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("model must be a string", param="model")
@@ -140,23 +156,32 @@ def parse_request(body: Mapping[str, Any], *, max_documents: int,
     if not isinstance(query, str) or not query.strip():
         raise InvalidRequest("query must be a non-empty string", param="query")
     if len(query) > max_document_chars:
-        raise InvalidRequest(f"the query is {len(query)} characters; the limit is "
-                             f"{max_document_chars}", param="query", code="query_too_long")
+        raise InvalidRequest(
+            f"the query is {len(query)} characters; the limit is {max_document_chars}",
+            param="query",
+            code="query_too_long",
+        )
     raw = body.get("documents")
     if not isinstance(raw, list) or not raw:
-        raise InvalidRequest("documents must be a non-empty list of strings or objects with "
-                             "text", param="documents")
+        raise InvalidRequest(
+            "documents must be a non-empty list of strings or objects with text", param="documents"
+        )
     if len(raw) > max_documents:
-        raise InvalidRequest(f"{len(raw)} documents; the limit is {max_documents} "
-                             "(PROXY_RERANK_MAX_DOCUMENTS)", param="documents",
-                             code="too_many_documents")
+        raise InvalidRequest(
+            f"{len(raw)} documents; the limit is {max_documents} (PROXY_RERANK_MAX_DOCUMENTS)",
+            param="documents",
+            code="too_many_documents",
+        )
     documents = tuple(_document(d, i, max_document_chars) for i, d in enumerate(raw))
     method = body.get("x_method", "pointwise")
     if method not in METHODS:
         raise InvalidRequest(f"x_method must be one of {list(METHODS)}", param="x_method")
     if method == "listwise" and len(documents) > LISTWISE_MAX:
-        raise InvalidRequest(f"listwise reads at most {LISTWISE_MAX} documents, got "
-                             f"{len(documents)}", param="documents", code="too_many_documents")
+        raise InvalidRequest(
+            f"listwise reads at most {LISTWISE_MAX} documents, got {len(documents)}",
+            param="documents",
+            code="too_many_documents",
+        )
     if method == "listwise" and len(documents) < 2:
         raise InvalidRequest("listwise ranks at least 2 documents", param="documents")
     top_n = body.get("top_n", len(documents))
@@ -171,21 +196,29 @@ def parse_request(body: Mapping[str, Any], *, max_documents: int,
     if calibration is not None and not isinstance(calibration, str):
         raise InvalidRequest("x_calibration must be a profile name", param="x_calibration")
     if calibration is not None and method == "listwise":
-        raise InvalidRequest("calibration profiles fit pointwise scores; listwise scores are a "
-                             "distribution over the documents", param="x_calibration")
-    return RerankCall(model, query, documents, min(top_n, len(documents)), give, method,
-                      calibration)
+        raise InvalidRequest(
+            "calibration profiles fit pointwise scores; listwise scores are a "
+            "distribution over the documents",
+            param="x_calibration",
+        )
+    return RerankCall(
+        model, query, documents, min(top_n, len(documents)), give, method, calibration
+    )
 
 
 def _document(value: Any, i: int, limit: int) -> str:
     text = value.get("text") if isinstance(value, dict) else value
     if not isinstance(text, str):
-        raise InvalidRequest("each document is a string or an object with a string text",
-                             param=f"documents.{i}")
+        raise InvalidRequest(
+            "each document is a string or an object with a string text", param=f"documents.{i}"
+        )
     if len(text) > limit:
-        raise InvalidRequest(f"document {i} is {len(text)} characters; the limit is {limit} "
-                             "(PROXY_RERANK_MAX_DOCUMENT_CHARS)", param=f"documents.{i}",
-                             code="document_too_long")
+        raise InvalidRequest(
+            f"document {i} is {len(text)} characters; the limit is {limit} "
+            "(PROXY_RERANK_MAX_DOCUMENT_CHARS)",
+            param=f"documents.{i}",
+            code="document_too_long",
+        )
     return text
 
 
@@ -196,14 +229,19 @@ def query_state(call: RerankCall) -> str:
 
 def pointwise_questions(call: RerankCall) -> dict[str, Question]:
     """One yes/no question per document, the document inside it (after the query)."""
-    return {str(i): noul_question(None, instructions=POINTWISE_INSTRUCTION.format(document=d))
-            for i, d in enumerate(call.documents)}
+    return {
+        str(i): noul_question(None, instructions=POINTWISE_INSTRUCTION.format(document=d))
+        for i, d in enumerate(call.documents)
+    }
 
 
 def listwise_question(call: RerankCall) -> Question:
     """One choice over every document, in the caller's order."""
-    return choice_question({f"Document {i + 1}": d for i, d in enumerate(call.documents)},
-                           loc=("documents",), instructions=LISTWISE_INSTRUCTION)
+    return choice_question(
+        {f"Document {i + 1}": d for i, d in enumerate(call.documents)},
+        loc=("documents",),
+        instructions=LISTWISE_INSTRUCTION,
+    )
 
 
 def relevance(call: RerankCall, outcomes: Mapping[str, Outcome]) -> list[float]:
@@ -215,10 +253,11 @@ def relevance(call: RerankCall, outcomes: Mapping[str, Outcome]) -> list[float]:
     return [outcomes[str(i)].decision.probabilities[0] for i in range(len(call.documents))]
 
 
-def response_body(call: RerankCall, scores: Sequence[float], outcomes: Mapping[str, Outcome],
-                  model: str) -> dict[str, Any]:
+def response_body(
+    call: RerankCall, scores: Sequence[float], outcomes: Mapping[str, Outcome], model: str
+) -> dict[str, Any]:
     """The ranked answer: best first (the caller's order among equals), ``top_n`` of them."""
-    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:call.top_n]
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[: call.top_n]
     results = []
     for i in order:
         result: dict[str, Any] = {"index": i, "relevance_score": scores[i]}
@@ -233,8 +272,7 @@ def response_body(call: RerankCall, scores: Sequence[float], outcomes: Mapping[s
         "object": "list",
         "results": results,
         "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
-        "meta": {"api_version": {"version": "2"},
-                 "billed_units": {"search_units": 1}},
+        "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}},
         "x_method": call.method,
         "x_evaluated_tokens": evaluated,  # what llama-server computed; the rest was cached
         "x_prompt_format_version": PROMPT_FORMAT_VERSION,

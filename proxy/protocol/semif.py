@@ -47,9 +47,19 @@ from .wire import (
     ScoreLevels,
 )
 
-__all__ = ["MAX_TOP_LOGPROBS", "SemifSpec", "SemifChoice", "SemifNoul", "SemifScore",
-           "ChatDecisionRequest", "DecisionMessage", "SemifCall", "parse_semif",
-           "refuse_incompatible", "requested_logprobs"]
+__all__ = [
+    "MAX_TOP_LOGPROBS",
+    "SemifSpec",
+    "SemifChoice",
+    "SemifNoul",
+    "SemifScore",
+    "ChatDecisionRequest",
+    "DecisionMessage",
+    "SemifCall",
+    "parse_semif",
+    "refuse_incompatible",
+    "requested_logprobs",
+]
 
 _BUILDERS = {"choice": choice_question, "noul": noul_question, "score": score_question}
 MAX_TOP_LOGPROBS = 20  # OpenAI's cap; the whole distribution stays in ``semif``
@@ -194,8 +204,9 @@ def _parse(raw: dict[str, Any]) -> SemifCall:
         method, shifts = parse_debias(spec.debias, len(question.names))
     except DebiasError as exc:
         raise InvalidRequest(f"semif.debias: {exc}", param="semif.debias") from exc
-    return SemifCall(question, tuple(shifts), spec.calibration, method, spec.label_mass_floor,
-                     spec.layout)
+    return SemifCall(
+        question, tuple(shifts), spec.calibration, method, spec.label_mass_floor, spec.layout
+    )
 
 
 def requested_logprobs(body: dict[str, Any]) -> int | None:
@@ -205,10 +216,12 @@ def requested_logprobs(body: dict[str, Any]) -> int | None:
     wanted, top = body.get("logprobs"), body.get("top_logprobs")
     if wanted is not None and not isinstance(wanted, bool):
         raise InvalidRequest("logprobs must be a boolean", param="logprobs")
-    if top is not None and (isinstance(top, bool) or not isinstance(top, int)
-                            or not 0 <= top <= MAX_TOP_LOGPROBS):
-        raise InvalidRequest(f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}",
-                             param="top_logprobs")
+    if top is not None and (
+        isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS
+    ):
+        raise InvalidRequest(
+            f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}", param="top_logprobs"
+        )
     if not wanted:
         if top is not None:
             raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
@@ -244,23 +257,31 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 def _check_message(message: object, param: str) -> None:
     """A message a decision read can lay out: a known role, text content (a string,
     null, or text parts) and, if present, a list of tool calls."""
-    if not isinstance(message, dict) or not isinstance(message.get("role"), str) \
-            or message["role"] not in _ROLES:
+    if (
+        not isinstance(message, dict)
+        or not isinstance(message.get("role"), str)
+        or message["role"] not in _ROLES
+    ):
         raise InvalidRequest(
             f"each message must be an object with a role among {sorted(_ROLES)}", param=param
         )
     content = message.get("content")
     if isinstance(content, list):
         for j, part in enumerate(content):
-            if not (isinstance(part, dict) and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)):
+            if not (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+            ):
                 raise InvalidRequest(
                     "semif reads text only: each content part must be "
-                    '{"type": "text", "text": "..."}', param=f"{param}.content.{j}",
+                    '{"type": "text", "text": "..."}',
+                    param=f"{param}.content.{j}",
                 )
     elif content is not None and not isinstance(content, str):
-        raise InvalidRequest("content must be a string, null or a list of text parts",
-                             param=f"{param}.content")
+        raise InvalidRequest(
+            "content must be a string, null or a list of text parts", param=f"{param}.content"
+        )
     for field in ("name", "tool_call_id", "reasoning_content"):
         if field in message and message[field] is not None and not isinstance(message[field], str):
             raise InvalidRequest(f"{field} must be a string", param=f"{param}.{field}")
@@ -271,9 +292,13 @@ def _check_message(message: object, param: str) -> None:
         raise InvalidRequest("tool_calls must be a list", param=f"{param}.tool_calls")
     for k, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
-        if not (isinstance(function, dict) and isinstance(function.get("name"), str)
-                and isinstance(function.get("arguments"), str)):
+        if not (
+            isinstance(function, dict)
+            and isinstance(function.get("name"), str)
+            and isinstance(function.get("arguments"), str)
+        ):
             raise InvalidRequest(
                 'each tool call must be {"type": "function", "function": '
-                '{"name": "...", "arguments": "..."}}', param=f"{param}.tool_calls.{k}",
+                '{"name": "...", "arguments": "..."}}',
+                param=f"{param}.tool_calls.{k}",
             )

@@ -52,8 +52,15 @@ from .wire import (
     ScoreLevels,
 )
 
-__all__ = ["MAX_QUESTIONS", "SystemOneRequest", "SystemOneResponse", "SystemOneCall",
-           "parse_request", "response_body", "DEFAULT_MODEL"]
+__all__ = [
+    "MAX_QUESTIONS",
+    "SystemOneRequest",
+    "SystemOneResponse",
+    "SystemOneCall",
+    "parse_request",
+    "response_body",
+    "DEFAULT_MODEL",
+]
 
 MAX_QUESTIONS = 128
 DEFAULT_MODEL = "jev-latest"
@@ -91,8 +98,12 @@ class SystemOneRequest(Open):
     x_calibration: str | None = None
     x_label_mass_floor: Annotated[float, Field(ge=0, le=1, strict=True)] | None = None
     questions: Annotated[
-        dict[str, Annotated[_SystemOneChoice | _SystemOneScore | _SystemOneNoul,
-                            Field(discriminator="type")]],
+        dict[
+            str,
+            Annotated[
+                _SystemOneChoice | _SystemOneScore | _SystemOneNoul, Field(discriminator="type")
+            ],
+        ],
         Field(min_length=1, max_length=MAX_QUESTIONS),
     ]
 
@@ -148,8 +159,13 @@ class _SystemOneUsage(Open):
 
 class SystemOneResponse(Open):
     model: str
-    answers: dict[str, Annotated[SystemOneChoiceAnswer | SystemOneScoreAnswer
-                                 | SystemOneNoulAnswer, Field(discriminator="type")]]
+    answers: dict[
+        str,
+        Annotated[
+            SystemOneChoiceAnswer | SystemOneScoreAnswer | SystemOneNoulAnswer,
+            Field(discriminator="type"),
+        ],
+    ]
     usage: _SystemOneUsage
 
 
@@ -184,16 +200,25 @@ def parse_request(body: dict[str, Any]) -> SystemOneCall:
     if details:
         raise Unprocessable(details)
     try:
-        parsed = {qid: parse_debias(request.x_debias, len(q.names))
-                  for qid, q in questions.items() if q.kind != "score"}
+        parsed = {
+            qid: parse_debias(request.x_debias, len(q.names))
+            for qid, q in questions.items()
+            if q.kind != "score"
+        }
     except DebiasError as err:
         raise Unprocessable(
             [{"loc": ["body", "x_debias"], "msg": str(err), "type": "value_error"}]
         ) from err
     method = next((m for m, _ in parsed.values()), None)  # the same for every question
-    return SystemOneCall(request.model, as_text(request.state), questions,
-                         {qid: tuple(d) for qid, (_, d) in parsed.items() if d},
-                         request.x_calibration, method, request.x_label_mass_floor)
+    return SystemOneCall(
+        request.model,
+        as_text(request.state),
+        questions,
+        {qid: tuple(d) for qid, (_, d) in parsed.items() if d},
+        request.x_calibration,
+        method,
+        request.x_label_mass_floor,
+    )
 
 
 def _detail(error: Any) -> dict[str, Any]:
@@ -215,8 +240,9 @@ def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
             if outcome.debias_note:
                 answer["x_debias_note"] = outcome.debias_note
         if outcome.rotations:
-            answer["x_rotations"] = [{"shift": s, "by_position": list(p)}
-                                     for s, p in outcome.rotations]
+            answer["x_rotations"] = [
+                {"shift": s, "by_position": list(p)} for s, p in outcome.rotations
+            ]
         answer["x_prompt_format_version"] = PROMPT_FORMAT_VERSION
         answer["x_prompt_tokens"] = outcome.prompt_tokens  # what a replay must tokenise to
         if outcome.read_scheme:

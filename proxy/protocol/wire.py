@@ -17,9 +17,22 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..decision.question import MAX_LEVELS, MAX_OPTIONS, MIN_LEVELS, MIN_OPTIONS
 
-__all__ = ["CONTENT_OR_CALLS", "Description", "Name", "ChoiceOptions", "ScoreLevels",
-           "NoulCriteria", "CyclicDebias", "Debias", "Probability", "Count", "Closed", "Open",
-           "Layout", "PromptFormat"]
+__all__ = [
+    "CONTENT_OR_CALLS",
+    "Description",
+    "Name",
+    "ChoiceOptions",
+    "ScoreLevels",
+    "NoulCriteria",
+    "CyclicDebias",
+    "Debias",
+    "Probability",
+    "Count",
+    "Closed",
+    "Open",
+    "Layout",
+    "PromptFormat",
+]
 
 
 class Closed(BaseModel):
@@ -38,8 +51,12 @@ Name = Annotated[str, Field(min_length=1)]
 # free text or structure, shown in the prompt as it is (objects and arrays as JSON)
 Description = str | dict[str, JsonValue] | list[JsonValue] | None
 ChoiceOptions = (
-    Annotated[list[Name], Field(min_length=MIN_OPTIONS, max_length=MAX_OPTIONS,
-                                json_schema_extra={"uniqueItems": True})]
+    Annotated[
+        list[Name],
+        Field(
+            min_length=MIN_OPTIONS, max_length=MAX_OPTIONS, json_schema_extra={"uniqueItems": True}
+        ),
+    ]
     | Annotated[dict[Name, Description], Field(min_length=MIN_OPTIONS, max_length=MAX_OPTIONS)]
 )
 ScoreLevels = Annotated[
@@ -67,10 +84,12 @@ Debias = Literal["cyclic", "pride", "contextual"] | CyclicDebias
 
 # llama-server's rule for a chat message, as JSON Schema: content, or tool calls in an
 # assistant message
-CONTENT_OR_CALLS: dict[str, JsonValue] = {"anyOf": [
-    {"required": ["content"]},
-    {"required": ["tool_calls"], "properties": {"role": {"const": "assistant"}}},
-]}
+CONTENT_OR_CALLS: dict[str, JsonValue] = {
+    "anyOf": [
+        {"required": ["content"]},
+        {"required": ["tool_calls"], "properties": {"role": {"const": "assistant"}}},
+    ]
+}
 
 Probability = Annotated[float, Field(ge=0, le=1)]
 Count = Annotated[int, Field(ge=0)]

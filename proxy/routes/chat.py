@@ -25,22 +25,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await chat_reply(request, json_object(raw), raw)
 
 
-async def chat_reply(request: web.Request, body: dict[str, Any], raw: bytes
-                     ) -> web.StreamResponse:
+async def chat_reply(request: web.Request, body: dict[str, Any], raw: bytes) -> web.StreamResponse:
     """The answer to a parsed chat body: a decision when it has ``semif``, else relayed."""
     if body.get("semif") is None:  # checked and bounded here: a 400, not llama-server's 500
         path = "/v1/chat/completions"
         data = relayed_body(path, body, raw, request.app[SETTINGS].relay_max_tokens)
-        return await relay(request, request.app[UPSTREAM], data, path,
-                           relayed_work(request.app, path, body, data))
+        return await relay(
+            request, request.app[UPSTREAM], data, path, relayed_work(request.app, path, body, data)
+        )
     request[KIND] = "decision"
     top = requested_logprobs(body)
     include_usage = _include_usage(body)
     outcome, model, stream = await _decision(request.app, body, raw)
     if not stream:
         return json_response(completion_body(outcome, model, top))
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
     await response.prepare(request)
     for chunk in completion_chunks(outcome, model, top, include_usage):
         await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
@@ -49,8 +50,7 @@ async def chat_reply(request: web.Request, body: dict[str, Any], raw: bytes
     return response
 
 
-async def chat_record(app: web.Application, body: dict[str, Any], raw: bytes
-                      ) -> dict[str, Any]:
+async def chat_record(app: web.Application, body: dict[str, Any], raw: bytes) -> dict[str, Any]:
     """The whole answer to a chat decision body (no stream), as one JSON object."""
     top = requested_logprobs(body)
     outcome, model, _stream = await _decision(app, body, raw)
@@ -62,8 +62,10 @@ def _include_usage(body: dict[str, Any]) -> bool:
     if options is None:
         return False
     if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
-        raise InvalidRequest("stream_options must be an object whose include_usage is a boolean",
-                             param="stream_options")
+        raise InvalidRequest(
+            "stream_options must be an object whose include_usage is a boolean",
+            param="stream_options",
+        )
     return bool(options.get("include_usage", False))
 
 
@@ -83,9 +85,16 @@ async def _decision(
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
     asked = Asked(
-        body["messages"], {"0": call.question}, body.get("chat_template_kwargs"), call.layout,
-        calibration=call.calibration, calibration_param="semif.calibration",
-        debias_method=call.debias_method, debias={"0": call.debias},
-        debias_param="semif.debias", label_mass_floor=call.label_mass_floor)
+        body["messages"],
+        {"0": call.question},
+        body.get("chat_template_kwargs"),
+        call.layout,
+        calibration=call.calibration,
+        calibration_param="semif.calibration",
+        debias_method=call.debias_method,
+        debias={"0": call.debias},
+        debias_param="semif.debias",
+        label_mass_floor=call.label_mass_floor,
+    )
     outcome = (await service.answer(asked))["0"]
     return outcome, model, stream

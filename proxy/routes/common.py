@@ -67,8 +67,7 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 _BYTES_PER_TOKEN = 4
 
 
-def relayed_work(app: web.Application, path: str, body: dict[str, Any], raw: bytes
-                 ) -> Work | None:
+def relayed_work(app: web.Application, path: str, body: dict[str, Any], raw: bytes) -> Work | None:
     """What a relayed generation will take, for admission to count: its prompt (about
     one token per four bytes of its body) evaluated, then each token it may generate
     (``generation_tokens``) costed as a one-token read, on the default model's measured
@@ -86,7 +85,10 @@ def relayed_work(app: web.Application, path: str, body: dict[str, Any], raw: byt
 
 
 async def relay(
-    request: web.Request, upstream: Upstream, body: bytes | None, path: str | None = None,
+    request: web.Request,
+    upstream: Upstream,
+    body: bytes | None,
+    path: str | None = None,
     work: Work | None = None,
 ) -> web.StreamResponse:
     """Send the client's request to llama-server unchanged and copy the answer back.
@@ -101,8 +103,10 @@ async def relay(
     if request.query_string:
         target += "?" + request.query_string
     timeout_s = request.app[SETTINGS].request_timeout_s
-    async with request.app[ADMISSION].relayed(work, timeout_s), \
-            upstream.relay(request.method, target, body, request.headers) as up:
+    async with (
+        request.app[ADMISSION].relayed(work, timeout_s),
+        upstream.relay(request.method, target, body, request.headers) as up,
+    ):
         if not up.is_stream:
             payload = b"".join([chunk async for chunk in up.chunks])
             return web.Response(status=up.status, body=payload, headers=up.headers)

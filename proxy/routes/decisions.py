@@ -22,15 +22,15 @@ async def decisions(request: web.Request) -> web.Response:
     return await decisions_reply(request, json_object(raw), raw)
 
 
-async def decisions_reply(request: web.Request, body: dict[str, Any], raw: bytes
-                          ) -> web.Response:
+async def decisions_reply(request: web.Request, body: dict[str, Any], raw: bytes) -> web.Response:
     """The answer to a parsed Decisions body."""
     request[KIND] = "decision"
     return json_response(await decisions_record(request.app, body, raw))
 
 
-async def decisions_record(app: web.Application, body: dict[str, Any], raw: bytes
-                           ) -> dict[str, Any]:
+async def decisions_record(
+    app: web.Application, body: dict[str, Any], raw: bytes
+) -> dict[str, Any]:
     """The answer to a Decisions body as one JSON object (also a jsonlines line's)."""
     check_depth(body, raw)
     call = parse_request(body)
@@ -38,12 +38,15 @@ async def decisions_record(app: web.Application, body: dict[str, Any], raw: byte
     if len(call.state_text) > limit:
         raise InvalidRequest(
             f"the input is {len(call.state_text)} characters; the limit is {limit}",
-            param="input", code="input_too_long")
+            param="input",
+            code="input_too_long",
+        )
     try:
         service = await app[MODELS].service(call.model)
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
     # no calibration: the Decisions API has no field to name a profile
-    outcomes = await service.answer(Asked.about_state(call.state_text, call.questions,
-                                                      default_profile=False))
+    outcomes = await service.answer(
+        Asked.about_state(call.state_text, call.questions, default_profile=False)
+    )
     return response_body(call, outcomes)

@@ -38,8 +38,7 @@ from .common import check_depth, json_object
 from .decisions import decisions_record, decisions_reply
 from .systemone import system_one_record, system_one_reply
 
-__all__ = ["JSONLINES", "invocations", "execution_parameters", "body_shape",
-           "answer_line"]
+__all__ = ["JSONLINES", "invocations", "execution_parameters", "body_shape", "answer_line"]
 
 JSONLINES = frozenset({"application/jsonlines", "application/jsonl", "application/x-jsonlines"})
 _MIB = 1024 * 1024
@@ -85,8 +84,13 @@ async def execution_parameters(request: web.Request) -> web.Response:
     payload, 1 MB of them (every line must be answered within the invocation timeout: a
     few thousand lines at a small model's CPU speed), never more than the body limit."""
     limit = request.app[SETTINGS].max_body_bytes
-    return web.json_response({"MaxConcurrentTransforms": 1, "BatchStrategy": "MULTI_RECORD",
-                              "MaxPayloadInMB": max(1, min(_PAYLOAD_MB, limit // _MIB))})
+    return web.json_response(
+        {
+            "MaxConcurrentTransforms": 1,
+            "BatchStrategy": "MULTI_RECORD",
+            "MaxPayloadInMB": max(1, min(_PAYLOAD_MB, limit // _MIB)),
+        }
+    )
 
 
 async def _jsonlines(request: web.Request) -> web.Response:
@@ -104,7 +108,9 @@ async def _jsonlines(request: web.Request) -> web.Response:
     todo = iter(enumerate(lines))
     late = UpstreamTimeout(
         f"the payload's {timeout_s:g} s deadline (PROXY_INVOCATIONS_TIMEOUT) passed before "
-        "this line was answered; send it again", code="payload_deadline")
+        "this line was answered; send it again",
+        code="payload_deadline",
+    )
     too_late = orjson.dumps(error_record(late))
     missed = 0
 
@@ -127,8 +133,13 @@ async def _jsonlines(request: web.Request) -> web.Response:
             group.create_task(worker())
     if missed:  # counted as the errors they are, logged once per payload
         app[METRICS].upstream_errors.labels(late.code).inc(missed)
-        log.warning("POST /invocations: %d of %d lines missed the payload's %g s deadline "
-                    "(PROXY_INVOCATIONS_TIMEOUT)", missed, len(lines), timeout_s)
+        log.warning(
+            "POST /invocations: %d of %d lines missed the payload's %g s deadline "
+            "(PROXY_INVOCATIONS_TIMEOUT)",
+            missed,
+            len(lines),
+            timeout_s,
+        )
     return web.Response(body=b"\n".join(answers) + b"\n", content_type="application/jsonlines")
 
 
@@ -145,8 +156,9 @@ async def answer_line(app: web.Application, raw: bytes) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - one line's bug must not sink the payload
         request_id = uuid.uuid4().hex[:16]
         log.error("a jsonlines line failed (request id %s)", request_id, exc_info=exc)
-        return error_record(ProxyError(
-            f"the proxy failed to answer this line (request id {request_id})"))
+        return error_record(
+            ProxyError(f"the proxy failed to answer this line (request id {request_id})")
+        )
 
 
 async def _answer(app: web.Application, raw: bytes) -> dict[str, Any]:
@@ -159,8 +171,11 @@ async def _answer(app: web.Application, raw: bytes) -> dict[str, Any]:
     if shape == "decisions":
         return await decisions_record(app, body, raw)
     if body.get("semif") is None:
-        raise InvalidRequest("a jsonlines line is a decision: a chat request needs semif "
-                             "(generations go to /invocations one at a time)", param="semif")
+        raise InvalidRequest(
+            "a jsonlines line is a decision: a chat request needs semif "
+            "(generations go to /invocations one at a time)",
+            param="semif",
+        )
     if body.get("stream"):
         raise InvalidRequest("a jsonlines line is answered whole: no stream", param="stream")
     return await chat_record(app, body, raw)

@@ -25,8 +25,9 @@ async def livez(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     """200 when llama-server is ready to answer, 503 otherwise (the proxy itself is up)."""
     ready = await request.app[UPSTREAM].health()
-    return json_response({"status": "ok" if ready else "upstream unavailable"},
-                         200 if ready else 503)
+    return json_response(
+        {"status": "ok" if ready else "upstream unavailable"}, 200 if ready else 503
+    )
 
 
 async def ping(request: web.Request) -> web.Response:
@@ -42,8 +43,13 @@ async def metrics(request: web.Request) -> web.Response:
     if peers:
         others = await peer_metrics(peers)
         if len(others) < len(peers):  # a partial sum would read as a counter reset
-            return json_response({"error": f"{len(peers) - len(others)} of {len(peers) + 1} "
-                                  "workers did not report their metrics; scrape again"}, 503)
+            return json_response(
+                {
+                    "error": f"{len(peers) - len(others)} of {len(peers) + 1} "
+                    "workers did not report their metrics; scrape again"
+                },
+                503,
+            )
         body = merged([body.decode(), *others])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
@@ -70,8 +76,14 @@ async def models(request: web.Request) -> web.StreamResponse:
         extra += [_entry(n, info.created) for n in names if n not in known]
         known.update(names)
         released = dt.datetime.fromtimestamp(info.created or 0, dt.UTC).date().isoformat()
-        listing += [{"name": name, "description": f"{info.id} served by llama-server, read as "
-                     "a decision model", "release_date": released} for name in names]
+        listing += [
+            {
+                "name": name,
+                "description": f"{info.id} served by llama-server, read as a decision model",
+                "release_date": released,
+            }
+            for name in names
+        ]
     body = {**listed.body, "data": [*listed.entries, *extra]}
     body["models"] = listing
     body["x_llama_build"] = build
@@ -90,8 +102,10 @@ async def model(request: web.Request) -> web.StreamResponse:
     try:
         service = await request.app[MODELS].service(wanted)
     except UnknownModel as exc:
-        raise NotFound(f"the model {wanted!r} does not exist; this server answers as "
-                       f"{list(exc.names)}", param="model") from exc
+        raise NotFound(
+            f"the model {wanted!r} does not exist; this server answers as {list(exc.names)}",
+            param="model",
+        ) from exc
     # a router's model is not asked (/props would load it): described by its name alone
     created = None if request.app[MODELS].several else (await service.model()).created
     return json_response(_entry(wanted, created))

@@ -22,9 +22,11 @@ __all__ = ["PAGE", "playground", "report_page", "report_figure"]
 
 PAGE = Path(__file__).resolve().parent.parent / "static" / "playground.html"
 _FIGURE = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)\.(?:reliability|coverage)\.png$")
-_CSS = ("body{font:15px/1.45 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}"
-        "img{max-width:100%;border:1px solid #ddd;margin:.5rem 0}pre{white-space:pre-wrap;"
-        "background:#f6f6f6;padding:1rem;font-size:13px}")
+_CSS = (
+    "body{font:15px/1.45 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}"
+    "img{max-width:100%;border:1px solid #ddd;margin:.5rem 0}pre{white-space:pre-wrap;"
+    "background:#f6f6f6;padding:1rem;font-size:13px}"
+)
 
 
 async def playground(request: web.Request) -> web.Response:
@@ -32,8 +34,11 @@ async def playground(request: web.Request) -> web.Response:
 
 
 def _newest_report(directory: Path) -> Path | None:
-    reports = [p for p in directory.glob("*.report.md")
-               if NAME_PATTERN.fullmatch(p.name[:-len(".report.md")]) and p.name[0] != "."]
+    reports = [
+        p
+        for p in directory.glob("*.report.md")
+        if NAME_PATTERN.fullmatch(p.name[: -len(".report.md")]) and p.name[0] != "."
+    ]
     return max(reports, key=lambda p: p.stat().st_mtime, default=None)
 
 
@@ -43,19 +48,25 @@ async def report_page(request: web.Request) -> web.Response:
     directory = Path(request.app[SETTINGS].calibration_dir)
     report = _newest_report(directory) if directory.is_dir() else None
     if report is None:
-        body = (f"<p>No calibration report in <code>{html.escape(str(directory))}</code> yet: "
-                "run <code>python -m proxy calibrate DATA.jsonl --profile NAME</code>.</p>")
+        body = (
+            f"<p>No calibration report in <code>{html.escape(str(directory))}</code> yet: "
+            "run <code>python -m proxy calibrate DATA.jsonl --profile NAME</code>.</p>"
+        )
         title = "No calibration report"
     else:
-        name = report.name[:-len(".report.md")]
+        name = report.name[: -len(".report.md")]
         figures = "".join(
             f'<img src="/playground/report/{html.escape(name)}.{kind}.png" alt="{kind}">'
-            for kind in ("reliability", "coverage") if (directory / f"{name}.{kind}.png").is_file())
+            for kind in ("reliability", "coverage")
+            if (directory / f"{name}.{kind}.png").is_file()
+        )
         body = figures + f"<pre>{html.escape(report.read_text(encoding='utf-8'))}</pre>"
         title = f"Calibration report: {html.escape(name)}"
-    page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-            f'<style>{_CSS}</style></head><body><p><a href="/playground">playground</a></p>'
-            f"<h1>{title}</h1>{body}</body></html>")
+    page = (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+        f'<style>{_CSS}</style></head><body><p><a href="/playground">playground</a></p>'
+        f"<h1>{title}</h1>{body}</body></html>"
+    )
     return web.Response(text=page, content_type="text/html")
 
 
@@ -64,7 +75,11 @@ async def report_figure(request: web.Request) -> web.StreamResponse:
     other name is a 404 (no path reaches outside the folder)."""
     match = _FIGURE.fullmatch(request.match_info["file"])
     path = Path(request.app[SETTINGS].calibration_dir) / request.match_info["file"]
-    if (match is None or not NAME_PATTERN.fullmatch(match["name"])
-            or match["name"].startswith(".") or not path.is_file()):
+    if (
+        match is None
+        or not NAME_PATTERN.fullmatch(match["name"])
+        or match["name"].startswith(".")
+        or not path.is_file()
+    ):
         raise NotFound(f"no calibration figure {request.match_info['file']!r}", code="not_found")
     return web.FileResponse(path, headers={"Content-Type": "image/png"})

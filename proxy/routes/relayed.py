@@ -36,8 +36,7 @@ class AdminOnly(ProxyError):
 
 def is_control(method: str, path: str) -> bool:
     """Whether a request changes llama-server's state rather than asking it something."""
-    return method == "POST" and (path == "/props" or path == "/slots"
-                                 or path.startswith("/slots/"))
+    return method == "POST" and (path == "/props" or path == "/slots" or path.startswith("/slots/"))
 
 
 async def relayed(request: web.Request) -> web.StreamResponse:
@@ -45,9 +44,11 @@ async def relayed(request: web.Request) -> web.StreamResponse:
         key = request.app[SETTINGS].admin_api_key
         given = request.headers.get("X-Admin-Key", "").encode("utf-8", "surrogateescape")
         if not key or not hmac.compare_digest(given, key.encode()):
-            raise AdminOnly(f"{request.method} {request.path} controls llama-server: it needs "
-                            "the proxy's admin key in X-Admin-Key (PROXY_ADMIN_KEY)",
-                            param="X-Admin-Key")
+            raise AdminOnly(
+                f"{request.method} {request.path} controls llama-server: it needs "
+                "the proxy's admin key in X-Admin-Key (PROXY_ADMIN_KEY)",
+                param="X-Admin-Key",
+            )
     body = await request.read() if request.body_exists else None
     path = request.path
     work = None

@@ -44,23 +44,33 @@ async def rerank(request: web.Request) -> web.StreamResponse:
         path = "/v1/rerank" if request.path == "/v2/rerank" else request.path
         return await relay(request, app[UPSTREAM], routed(raw, body, service), path)
     settings = app[SETTINGS]
-    call = parse_request(body, max_documents=settings.rerank_max_documents,
-                         max_document_chars=settings.rerank_max_document_chars)
+    call = parse_request(
+        body,
+        max_documents=settings.rerank_max_documents,
+        max_document_chars=settings.rerank_max_document_chars,
+    )
     started = time.monotonic()
     if call.method == "listwise":
-        asked = Asked.about_state(query_state(call), {"0": listwise_question(call)},
-                                  default_profile=False)
+        asked = Asked.about_state(
+            query_state(call), {"0": listwise_question(call)}, default_profile=False
+        )
     else:
         # only a profile the request names (a default one was fitted on other prompts),
         # applied without its debiasing
-        asked = Asked.about_state(query_state(call), pointwise_questions(call),
-                                  calibration=call.calibration, default_profile=False,
-                                  profile_debias=False)
+        asked = Asked.about_state(
+            query_state(call),
+            pointwise_questions(call),
+            calibration=call.calibration,
+            default_profile=False,
+            profile_debias=False,
+        )
     outcomes = await service.answer(asked)
     metrics = app[METRICS]
     metrics.rerank_documents.labels(call.method).observe(len(call.documents))
     metrics.rerank_seconds.labels(call.method).observe(
-        (time.monotonic() - started) / len(call.documents))
+        (time.monotonic() - started) / len(call.documents)
+    )
     answered = next(iter(outcomes.values())).model
-    return json_response(response_body(call, relevance(call, outcomes), outcomes,
-                                       call.model or answered))
+    return json_response(
+        response_body(call, relevance(call, outcomes), outcomes, call.model or answered)
+    )

@@ -28,30 +28,37 @@ async def system_one(request: web.Request) -> web.StreamResponse:
         body = json_object(raw)
     except InvalidRequest as err:
         raise Unprocessable(
-            [{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]) from err
+            [{"loc": ["body"], "msg": err.message, "type": "json_invalid"}]
+        ) from err
     return await system_one_reply(request, body, raw)
 
 
-async def system_one_reply(request: web.Request, body: dict[str, Any], raw: bytes
-                           ) -> web.StreamResponse:
+async def system_one_reply(
+    request: web.Request, body: dict[str, Any], raw: bytes
+) -> web.StreamResponse:
     """The answer to a parsed System One body: read here, or relayed to a native
     decision model."""
     request[KIND] = "decision"
     call, service = await _prepared(request.app, body, raw)
     if not served_here(await service.model()):
-        return await relay(request, request.app[UPSTREAM], routed(raw, body, service),
-                           "/v1/systemone")
+        return await relay(
+            request, request.app[UPSTREAM], routed(raw, body, service), "/v1/systemone"
+        )
     return json_response(await _answer(request.app, call, service))
 
 
-async def system_one_record(app: web.Application, body: dict[str, Any], raw: bytes
-                            ) -> dict[str, Any]:
+async def system_one_record(
+    app: web.Application, body: dict[str, Any], raw: bytes
+) -> dict[str, Any]:
     """The answer to a System One body as one JSON object (a jsonlines line): a native
     decision model is not asked line by line."""
     call, service = await _prepared(app, body, raw)
     if not served_here(await service.model()):
-        raise InvalidRequest("llama-server serves a native decision model: send System "
-                             "One requests to it one at a time", code="native_model")
+        raise InvalidRequest(
+            "llama-server serves a native decision model: send System "
+            "One requests to it one at a time",
+            code="native_model",
+        )
     return await _answer(app, call, service)
 
 
@@ -61,8 +68,9 @@ def served_here(info: ModelInfo | None) -> bool:
     return info is not None and "decisions" not in info.output_modalities
 
 
-async def _prepared(app: web.Application, body: dict[str, Any], raw: bytes
-                    ) -> tuple[SystemOneCall, DecisionService]:
+async def _prepared(
+    app: web.Application, body: dict[str, Any], raw: bytes
+) -> tuple[SystemOneCall, DecisionService]:
     """The validated request (before llama-server is asked anything) and the service of
     the model it names (jev-latest or none: the default)."""
     check_depth(body, raw)
@@ -70,20 +78,34 @@ async def _prepared(app: web.Application, body: dict[str, Any], raw: bytes
     try:
         return call, await app[MODELS].service(call.model)
     except UnknownModel as exc:
-        raise Unprocessable([{"loc": ["body", "model"], "msg": exc.message(),
-                              "type": "value_error"}]) from exc
+        raise Unprocessable(
+            [{"loc": ["body", "model"], "msg": exc.message(), "type": "value_error"}]
+        ) from exc
 
 
-async def _answer(app: web.Application, call: SystemOneCall, service: DecisionService
-                  ) -> dict[str, Any]:
+async def _answer(
+    app: web.Application, call: SystemOneCall, service: DecisionService
+) -> dict[str, Any]:
     """The System One answer to a validated request, read from ``service``'s chat model."""
     limit = app[SETTINGS].max_state_chars
     if len(call.state_text) > limit:
-        raise Unprocessable([{"loc": ["body", "state"], "type": "string_too_long",
-                              "msg": f"the state is {len(call.state_text)} characters; "
-                                     f"the limit is {limit}"}])
-    outcomes = await service.answer(Asked.about_state(
-        call.state_text, call.questions, calibration=call.calibration,
-        debias_method=call.debias_method, debias=call.debias,
-        label_mass_floor=call.label_mass_floor))
+        raise Unprocessable(
+            [
+                {
+                    "loc": ["body", "state"],
+                    "type": "string_too_long",
+                    "msg": f"the state is {len(call.state_text)} characters; the limit is {limit}",
+                }
+            ]
+        )
+    outcomes = await service.answer(
+        Asked.about_state(
+            call.state_text,
+            call.questions,
+            calibration=call.calibration,
+            debias_method=call.debias_method,
+            debias=call.debias,
+            label_mass_floor=call.label_mass_floor,
+        )
+    )
     return response_body(call.model or DEFAULT_MODEL, outcomes)

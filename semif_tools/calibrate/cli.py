@@ -52,8 +52,18 @@ from .read import AnswerError, Reading, read_answers, read_rerank_scores, served
 from .rerank_fit import fit_rerank, is_rerank, load_rerank_items
 from .stats import DEFAULT_LEVEL, Interval
 
-__all__ = ["PRIOR_SAMPLE", "MIN_PRIOR_SAMPLE", "Fitted", "build_parser", "fit_profile",
-           "prompt_format_of", "prior_sample", "estimate_priors", "apply_priors", "main"]
+__all__ = [
+    "PRIOR_SAMPLE",
+    "MIN_PRIOR_SAMPLE",
+    "Fitted",
+    "build_parser",
+    "fit_profile",
+    "prompt_format_of",
+    "prior_sample",
+    "estimate_priors",
+    "apply_priors",
+    "main",
+]
 
 PRIOR_SAMPLE = 0.2  # share of the fit split's choice and noul items read cyclically for PriDe
 MIN_PRIOR_SAMPLE = 10  # ... but at least this many per question type and option count
@@ -71,45 +81,93 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m proxy calibrate",
         description="Fit a calibration profile on labelled System One requests read through a "
-                    "running proxy, and write the profile and a report whose figures come from "
-                    "a held-out test split that no choice saw.")
-    p.add_argument("data", nargs="+", type=Path, help="JSONL files: one System One request with "
-                   "one question and a top-level \"gold\" per line")
+        "running proxy, and write the profile and a report whose figures come from "
+        "a held-out test split that no choice saw.",
+    )
+    p.add_argument(
+        "data",
+        nargs="+",
+        type=Path,
+        help="JSONL files: one System One request with "
+        'one question and a top-level "gold" per line',
+    )
     p.add_argument("--profile", required=True, help="profile name ([A-Za-z0-9_.-]+)")
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the running proxy")
     p.add_argument("--api-key", default=None, help="bearer key for the proxy")
-    p.add_argument("--target-accuracy", type=float, default=0.95,
-                   help="accuracy the automated answers must reach (default 0.95)")
-    p.add_argument("--level", type=float, default=DEFAULT_LEVEL,
-                   help="confidence level of the threshold's Clopper-Pearson bound and of the "
-                        f"reported intervals (default {DEFAULT_LEVEL})")
-    p.add_argument("--min-automated", type=int, default=MIN_AUTOMATED,
-                   help="fewest held-out answers a threshold must be backed by "
-                        f"(default {MIN_AUTOMATED})")
-    p.add_argument("--test-share", type=float, default=TEST_SHARE,
-                   help=f"share of the items held out for the report (default {TEST_SHARE})")
-    p.add_argument("--threshold-share", type=float, default=THRESHOLD_SHARE,
-                   help="share of the other items held out from the maps to test thresholds on "
-                        f"(default {THRESHOLD_SHARE})")
-    p.add_argument("--label-mass-floor", type=float, default=None,
-                   help="route answers whose labels got less probability than this to review "
-                        "(default: fitted on the fit split)")
+    p.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=0.95,
+        help="accuracy the automated answers must reach (default 0.95)",
+    )
+    p.add_argument(
+        "--level",
+        type=float,
+        default=DEFAULT_LEVEL,
+        help="confidence level of the threshold's Clopper-Pearson bound and of the "
+        f"reported intervals (default {DEFAULT_LEVEL})",
+    )
+    p.add_argument(
+        "--min-automated",
+        type=int,
+        default=MIN_AUTOMATED,
+        help=f"fewest held-out answers a threshold must be backed by (default {MIN_AUTOMATED})",
+    )
+    p.add_argument(
+        "--test-share",
+        type=float,
+        default=TEST_SHARE,
+        help=f"share of the items held out for the report (default {TEST_SHARE})",
+    )
+    p.add_argument(
+        "--threshold-share",
+        type=float,
+        default=THRESHOLD_SHARE,
+        help="share of the other items held out from the maps to test thresholds on "
+        f"(default {THRESHOLD_SHARE})",
+    )
+    p.add_argument(
+        "--label-mass-floor",
+        type=float,
+        default=None,
+        help="route answers whose labels got less probability than this to review "
+        "(default: fitted on the fit split)",
+    )
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the split and the folds")
-    p.add_argument("--debias", choices=["cyclic", "pride", "contextual"], default=None,
-                   help="fit on debiased reads and compare them with plain ones")
-    p.add_argument("--prior-sample", type=float, default=PRIOR_SAMPLE,
-                   help="pride: share of the fit split read cyclically to estimate the position "
-                        f"prior (default {PRIOR_SAMPLE}, at least {MIN_PRIOR_SAMPLE} per type "
-                        "and option count)")
-    p.add_argument("--methods", default="temperature,platt,isotonic",
-                   help="comma-separated methods to try (default temperature,platt,isotonic)")
-    p.add_argument("--out-dir", type=Path, default=DEFAULT_DIR,
-                   help=f"where the profile and report go (default {DEFAULT_DIR})")
+    p.add_argument(
+        "--debias",
+        choices=["cyclic", "pride", "contextual"],
+        default=None,
+        help="fit on debiased reads and compare them with plain ones",
+    )
+    p.add_argument(
+        "--prior-sample",
+        type=float,
+        default=PRIOR_SAMPLE,
+        help="pride: share of the fit split read cyclically to estimate the position "
+        f"prior (default {PRIOR_SAMPLE}, at least {MIN_PRIOR_SAMPLE} per type "
+        "and option count)",
+    )
+    p.add_argument(
+        "--methods",
+        default="temperature,platt,isotonic",
+        help="comma-separated methods to try (default temperature,platt,isotonic)",
+    )
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=DEFAULT_DIR,
+        help=f"where the profile and report go (default {DEFAULT_DIR})",
+    )
     p.add_argument("--limit", type=int, default=None, help="use only the first N items")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
-    p.add_argument("--k", type=int, default=3,
-                   help="rerank data: the cut-off of the reported NDCG@k (default 3)")
+    p.add_argument(
+        "--k",
+        type=int,
+        default=3,
+        help="rerank data: the cut-off of the reported NDCG@k (default 3)",
+    )
     return p
 
 
@@ -128,8 +186,9 @@ def prompt_format_of(readings: Sequence[Reading]) -> str:
     return versions.pop() if versions else PROMPT_FORMAT_VERSION
 
 
-def prior_sample(items: Sequence[Item], is_test: Sequence[bool], share: float = PRIOR_SAMPLE,
-                 seed: int = 0) -> list[int]:
+def prior_sample(
+    items: Sequence[Item], is_test: Sequence[bool], share: float = PRIOR_SAMPLE, seed: int = 0
+) -> list[int]:
     """Indices of the choice and noul items outside the test split to read cyclically:
     within each (question type, option count), a seeded draw of max(MIN_PRIOR_SAMPLE,
     share x size) (all of them when fewer). No labels are needed."""
@@ -164,8 +223,9 @@ def apply_priors(readings: Sequence[Labelled], priors: Priors) -> list[Labelled]
     out = []
     for r in readings:
         prior = priors.get(r.kind, {}).get(len(r.probabilities))
-        out.append(r if prior is None else
-                   replace(r, probabilities=tuple(divided(r.probabilities, prior))))
+        out.append(
+            r if prior is None else replace(r, probabilities=tuple(divided(r.probabilities, prior)))
+        )
     return out
 
 
@@ -175,46 +235,93 @@ def _interval(ci: Interval) -> dict[str, float]:
 
 def _figures(fit: CalibrationFit) -> dict[str, Any]:
     """The held-out test split's metrics with their intervals, as the profile stores them."""
-    return {which: {scope: {m: _interval(ci) for m, ci in metrics.items()}
-                    for scope, metrics in fit.intervals(which).items()}
-            for which in ("before", "after")}
+    return {
+        which: {
+            scope: {m: _interval(ci) for m, ci in metrics.items()}
+            for scope, metrics in fit.intervals(which).items()
+        }
+        for which in ("before", "after")
+    }
 
 
 def fit_profile(
-    readings: Sequence[Labelled], *, name: str, model: str, prompt_format_version: str,
-    data_sha256: str, target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED,
-    folds: int = 5, seed: int = 0, level: float = DEFAULT_LEVEL, test_share: float = TEST_SHARE,
-    threshold_share: float = THRESHOLD_SHARE, label_mass_floor: float | None = None,
-    methods: Sequence[str] = ("temperature", *EXTRA_METHODS), debias: str | None = None,
-    plain: Sequence[Labelled] | None = None, created: str | None = None, llama_build: str = "",
-    position_prior: Priors | None = None, read_scheme: str = "",
+    readings: Sequence[Labelled],
+    *,
+    name: str,
+    model: str,
+    prompt_format_version: str,
+    data_sha256: str,
+    target_accuracy: float = 0.95,
+    min_automated: int = MIN_AUTOMATED,
+    folds: int = 5,
+    seed: int = 0,
+    level: float = DEFAULT_LEVEL,
+    test_share: float = TEST_SHARE,
+    threshold_share: float = THRESHOLD_SHARE,
+    label_mass_floor: float | None = None,
+    methods: Sequence[str] = ("temperature", *EXTRA_METHODS),
+    debias: str | None = None,
+    plain: Sequence[Labelled] | None = None,
+    created: str | None = None,
+    llama_build: str = "",
+    position_prior: Priors | None = None,
+    read_scheme: str = "",
 ) -> Fitted:
     """Fit on ``readings`` (the debiased ones when ``debias`` is set; ``plain`` then holds the
     same items read without debiasing, fitted on the same split and folds for the report)."""
-    settings = dict(methods=methods, folds=folds, seed=seed, target_accuracy=target_accuracy,
-                    min_automated=min_automated, level=level, test_share=test_share,
-                    threshold_share=threshold_share, label_mass_floor=label_mass_floor)
+    settings = dict(
+        methods=methods,
+        folds=folds,
+        seed=seed,
+        target_accuracy=target_accuracy,
+        min_automated=min_automated,
+        level=level,
+        test_share=test_share,
+        threshold_share=threshold_share,
+        label_mass_floor=label_mass_floor,
+    )
     fit = fit_calibration(readings, **settings)
     plain_fit = fit_calibration(plain, **settings) if plain is not None else None
     chosen = fit.threshold
-    metrics: dict[str, Any] = {"evaluation": fit.evaluation(), **_figures(fit),
-                               "cross_validated_nll": {k: kf.held_out_nll
-                                                       for k, kf in fit.kinds.items()}}
+    metrics: dict[str, Any] = {
+        "evaluation": fit.evaluation(),
+        **_figures(fit),
+        "cross_validated_nll": {k: kf.held_out_nll for k, kf in fit.kinds.items()},
+    }
     if plain_fit is not None:
         metrics["without_debias"] = _figures(plain_fit)
-    source = (f"threshold split: {len(fit.indices('threshold'))} items held out from the maps, "
-              "calibrated by the profile's maps, those at or above the label-mass floor")
+    source = (
+        f"threshold split: {len(fit.indices('threshold'))} items held out from the maps, "
+        "calibrated by the profile's maps, those at or above the label-mass floor"
+    )
     profile = Profile(
-        name=name, model=model, prompt_format_version=prompt_format_version,
+        name=name,
+        model=model,
+        prompt_format_version=prompt_format_version,
         created=created or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         data_sha256=data_sha256,
         calibration={k: KindCalibration(kf.method, kf.params, kf.n) for k, kf in fit.kinds.items()},
-        threshold=Threshold(target_accuracy, chosen.threshold, chosen.coverage, chosen.accuracy,
-                            chosen.count, min_automated, level, chosen.lower_bound, source,
-                            fit.threshold_on_test()),
-        debias=debias, n_items=len(readings), folds=folds, seed=seed, metrics=metrics,
-        llama_build=llama_build, label_mass_floor=fit.label_mass_floor,
-        position_prior=position_prior or {}, read_scheme=read_scheme,
+        threshold=Threshold(
+            target_accuracy,
+            chosen.threshold,
+            chosen.coverage,
+            chosen.accuracy,
+            chosen.count,
+            min_automated,
+            level,
+            chosen.lower_bound,
+            source,
+            fit.threshold_on_test(),
+        ),
+        debias=debias,
+        n_items=len(readings),
+        folds=folds,
+        seed=seed,
+        metrics=metrics,
+        llama_build=llama_build,
+        label_mass_floor=fit.label_mass_floor,
+        position_prior=position_prior or {},
+        read_scheme=read_scheme,
     )
     return Fitted(profile, fit, plain_fit)
 
@@ -230,36 +337,51 @@ def _methods(text: str) -> list[str]:
 def _read(items, args, debias: str | None) -> list[Reading]:
     label = f"reading ({debias})" if debias else "reading"
     with Bar(len(items), label, unit="item") as bar:
-        return read_answers(items, args.url, api_key=args.api_key, debias=debias,
-                            concurrency=args.concurrency, progress=bar.update)
+        return read_answers(
+            items,
+            args.url,
+            api_key=args.api_key,
+            debias=debias,
+            concurrency=args.concurrency,
+            progress=bar.update,
+        )
 
 
 def _check(args: argparse.Namespace) -> None:
     if not 0 < args.target_accuracy <= 1 or args.folds < 2:
         raise ValueError("--target-accuracy must be in (0, 1] and --folds at least 2")
-    if not all(0 < x < 1 for x in (args.level, args.test_share, args.threshold_share)) or \
-            not 0 < args.prior_sample <= 1:
-        raise ValueError("--level, --test-share and --threshold-share must be within (0, 1), "
-                         "--prior-sample within (0, 1]")
+    if (
+        not all(0 < x < 1 for x in (args.level, args.test_share, args.threshold_share))
+        or not 0 < args.prior_sample <= 1
+    ):
+        raise ValueError(
+            "--level, --test-share and --threshold-share must be within (0, 1), "
+            "--prior-sample within (0, 1]"
+        )
     if args.label_mass_floor is not None and not 0 <= args.label_mass_floor <= 1:
         raise ValueError("--label-mass-floor must be within [0, 1]")
 
 
-def _debiased(items: Sequence[Item], plain: Sequence[Reading], args: argparse.Namespace
-              ) -> tuple[list[Labelled] | None, Priors | None, list[Reading]]:
+def _debiased(
+    items: Sequence[Item], plain: Sequence[Reading], args: argparse.Namespace
+) -> tuple[list[Labelled] | None, Priors | None, list[Reading]]:
     """The readings to fit on when debiasing, the PriDe priors, and every extra reading."""
     if args.debias in ("cyclic", "contextual"):
         extra = _read(items, args, args.debias)
         return [r.labelled for r in extra], None, extra
     if args.debias == "pride":
-        roles = assign_roles([r.labelled for r in plain], args.test_share, args.threshold_share,
-                             args.seed)
+        roles = assign_roles(
+            [r.labelled for r in plain], args.test_share, args.threshold_share, args.seed
+        )
         sample = prior_sample(items, [r == "test" for r in roles], args.prior_sample, args.seed)
         extra = _read([items[i] for i in sample], args, "cyclic")
         priors = estimate_priors(extra)
         # what the proxy serves for an option count without a prior: a cyclic read
-        unpriored = [i for i, item in enumerate(items) if item.kind != "score"
-                     and len(item.names) not in priors.get(item.kind, {})]
+        unpriored = [
+            i
+            for i, item in enumerate(items)
+            if item.kind != "score" and len(item.names) not in priors.get(item.kind, {})
+        ]
         cyclic = dict(zip(unpriored, _read([items[i] for i in unpriored], args, "cyclic")))
         readings = apply_priors([r.labelled for r in plain], priors)
         for i, reading in cyclic.items():
@@ -283,14 +405,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         plain = _read(items, args, None)
         debiased, priors, extra = _debiased(items, plain, args)
         fitted = fit_profile(
-            debiased or [r.labelled for r in plain], name=args.profile, model=model,
+            debiased or [r.labelled for r in plain],
+            name=args.profile,
+            model=model,
             prompt_format_version=prompt_format_of([*plain, *extra]),
-            data_sha256=data_sha256(args.data), target_accuracy=args.target_accuracy,
-            min_automated=args.min_automated, level=args.level, test_share=args.test_share,
-            threshold_share=args.threshold_share, label_mass_floor=args.label_mass_floor,
-            folds=args.folds, seed=args.seed, methods=methods, debias=args.debias,
-            plain=[r.labelled for r in plain] if debiased else None, llama_build=build,
-            position_prior=priors, read_scheme=read_scheme_of([*plain, *extra]))
+            data_sha256=data_sha256(args.data),
+            target_accuracy=args.target_accuracy,
+            min_automated=args.min_automated,
+            level=args.level,
+            test_share=args.test_share,
+            threshold_share=args.threshold_share,
+            label_mass_floor=args.label_mass_floor,
+            folds=args.folds,
+            seed=args.seed,
+            methods=methods,
+            debias=args.debias,
+            plain=[r.labelled for r in plain] if debiased else None,
+            llama_build=build,
+            position_prior=priors,
+            read_scheme=read_scheme_of([*plain, *extra]),
+        )
     except (ValueError, AnswerError, OSError) as exc:  # DataError and ProfileError are ValueErrors
         kind = "data" if isinstance(exc, DataError) else "error"
         print(f"calibrate: {kind}: {exc}", file=sys.stderr)
@@ -321,35 +455,71 @@ def rerank_main(args: argparse.Namespace) -> int:
         if args.k < 1:
             raise ValueError("--k must be at least 1")
         with Bar(len(items), "reading", unit="query") as bar:
-            scores, version = read_rerank_scores(items, args.url, api_key=args.api_key,
-                                                 progress=bar.update)
+            scores, version = read_rerank_scores(
+                items, args.url, api_key=args.api_key, progress=bar.update
+            )
         fit = fit_rerank(items, scores, test_share=args.test_share, seed=args.seed, k=args.k)
     except (ValueError, AnswerError, OSError) as exc:
         kind = "data" if isinstance(exc, DataError) else "error"
         print(f"calibrate: {kind}: {exc}", file=sys.stderr)
         return 2
-    figures = {f: getattr(fit, f) for f in (
-        "method", "a", "b", "n_fit_queries", "n_fit_pairs", "n_test_queries", "n_test_pairs",
-        "k", "ndcg", "mrr", "ndcg_chance", "mrr_chance", "ece_before", "ece_after", "note")}
+    figures = {
+        f: getattr(fit, f)
+        for f in (
+            "method",
+            "a",
+            "b",
+            "n_fit_queries",
+            "n_fit_pairs",
+            "n_test_queries",
+            "n_test_pairs",
+            "k",
+            "ndcg",
+            "mrr",
+            "ndcg_chance",
+            "mrr_chance",
+            "ece_before",
+            "ece_after",
+            "note",
+        )
+    }
     profile = Profile(
-        name=args.profile, model=model, prompt_format_version=version,
+        name=args.profile,
+        model=model,
+        prompt_format_version=version,
         created=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         data_sha256=data_sha256(args.data),
         calibration={"noul": KindCalibration(fit.method, fit.params(), fit.n_fit_pairs)},
-        threshold=Threshold(args.target_accuracy, None, 0.0, source=(
-            "rerank: the scores are calibrated probabilities of relevance; no route threshold "
-            "is fitted, choose the cut your use needs")),
-        n_items=sum(len(i.documents) for i in items), seed=args.seed,
-        metrics={"rerank": figures}, llama_build=build)
+        threshold=Threshold(
+            args.target_accuracy,
+            None,
+            0.0,
+            source=(
+                "rerank: the scores are calibrated probabilities of relevance; no route threshold "
+                "is fitted, choose the cut your use needs"
+            ),
+        ),
+        n_items=sum(len(i.documents) for i in items),
+        seed=args.seed,
+        metrics={"rerank": figures},
+        llama_build=build,
+    )
     path = save(profile, args.out_dir)
-    fitted = (f"Platt a={fit.a:.4f} b={fit.b:.4f}" if fit.method == "platt"
-              else f"no map kept: {fit.note}")
-    print(f"rerank: {len(items)} queries; fitted on {fit.n_fit_pairs} pairs of "
-          f"{fit.n_fit_queries} queries: {fitted}")
-    print(f"held-out {fit.n_test_queries} queries ({fit.n_test_pairs} pairs): NDCG@{fit.k} "
-          f"{fit.ndcg:.4f} (a random order: {fit.ndcg_chance:.4f}), MRR {fit.mrr:.4f} "
-          f"({fit.mrr_chance:.4f}); the same before and after, the map being increasing; "
-          f"ECE {fit.ece_before:.4f} -> {fit.ece_after:.4f}")
+    fitted = (
+        f"Platt a={fit.a:.4f} b={fit.b:.4f}"
+        if fit.method == "platt"
+        else f"no map kept: {fit.note}"
+    )
+    print(
+        f"rerank: {len(items)} queries; fitted on {fit.n_fit_pairs} pairs of "
+        f"{fit.n_fit_queries} queries: {fitted}"
+    )
+    print(
+        f"held-out {fit.n_test_queries} queries ({fit.n_test_pairs} pairs): NDCG@{fit.k} "
+        f"{fit.ndcg:.4f} (a random order: {fit.ndcg_chance:.4f}), MRR {fit.mrr:.4f} "
+        f"({fit.mrr_chance:.4f}); the same before and after, the map being increasing; "
+        f"ECE {fit.ece_before:.4f} -> {fit.ece_after:.4f}"
+    )
     print(f"wrote {path}")
     return 0
 
@@ -361,24 +531,37 @@ def _summarise(fitted: Fitted, path: Path, paths: dict[str, Path]) -> None:
         note = f" ({kf.note})" if kf.note else ""
         print(f"{kind}: {kf.n} items fitted, method {kf.method} {params or ''}{note}")
     before, after = fit.intervals("before")["all"], fit.intervals("after")["all"]
-    print(f"held-out test split (n={before['accuracy'].n}; maps fitted on "
-          f"{len(fit.indices('fit'))} items, threshold tested on "
-          f"{len(fit.indices('threshold'))}), before -> after "
-          f"[{fit.level:.0%} bootstrap interval]: " + ", ".join(
-              f"{m} {before[m].value:.4f} -> {after[m].value:.4f} "
-              f"[{after[m].low:.4f}, {after[m].high:.4f}]"
-              for m in ("accuracy", "ece", "brier", "nll")))
+    print(
+        f"held-out test split (n={before['accuracy'].n}; maps fitted on "
+        f"{len(fit.indices('fit'))} items, threshold tested on "
+        f"{len(fit.indices('threshold'))}), before -> after "
+        f"[{fit.level:.0%} bootstrap interval]: "
+        + ", ".join(
+            f"{m} {before[m].value:.4f} -> {after[m].value:.4f} "
+            f"[{after[m].low:.4f}, {after[m].high:.4f}]"
+            for m in ("accuracy", "ece", "brier", "nll")
+        )
+    )
     t = fitted.profile.threshold
-    print(f"label-mass floor {fitted.profile.label_mass_floor:.4f}: diverts "
-          f"{t.test['below_floor']} of {t.test['n']} test answers")
+    print(
+        f"label-mass floor {fitted.profile.label_mass_floor:.4f}: diverts "
+        f"{t.test['below_floor']} of {t.test['n']} test answers"
+    )
     if t.threshold is None:
-        print(f"threshold for accuracy {t.target_accuracy:g}: none passed the fixed-sequence "
-              f"test at level {t.level:g} (null; everything goes to review)")
+        print(
+            f"threshold for accuracy {t.target_accuracy:g}: none passed the fixed-sequence "
+            f"test at level {t.level:g} (null; everything goes to review)"
+        )
     else:
-        print(f"threshold for accuracy {t.target_accuracy:g}: {t.threshold:.2f}, "
-              f"lower bound {t.lower_bound:.4f}, coverage {t.coverage:.1%} of the threshold "
-              "split; "
-              f"on the test split {t.test['count']} of {t.test['n']} automated"
-              + (f" at accuracy {t.test['accuracy']:.3f} (bound {t.test['lower_bound']:.3f})"
-                 if t.test["count"] else ""))
+        print(
+            f"threshold for accuracy {t.target_accuracy:g}: {t.threshold:.2f}, "
+            f"lower bound {t.lower_bound:.4f}, coverage {t.coverage:.1%} of the threshold "
+            "split; "
+            f"on the test split {t.test['count']} of {t.test['n']} automated"
+            + (
+                f" at accuracy {t.test['accuracy']:.3f} (bound {t.test['lower_bound']:.3f})"
+                if t.test["count"]
+                else ""
+            )
+        )
     print(f"wrote {path}, {', '.join(str(p) for p in paths.values())}")

@@ -73,7 +73,7 @@ def parse_item(data: Any, source: str = "<item>") -> Item:
         questions = body.get("questions")
         if not isinstance(questions, dict) or len(questions) != 1:
             raise ValueError('"questions" must hold exactly one question')
-        (qid, question), = questions.items()
+        ((qid, question),) = questions.items()
         kind = question.get("type") if isinstance(question, dict) else None
         if kind not in ("choice", "score", "noul"):
             raise ValueError(f"question type must be choice, score or noul, got {kind!r}")
@@ -100,8 +100,7 @@ def records(paths: Iterable[Path | str]) -> Iterator[tuple[str, Any]]:
 
 def load_items(paths: Iterable[Path | str], limit: int | None = None) -> list[Item]:
     """Items of all files in order; ``limit`` keeps the first N."""
-    return [parse_item(data, source)
-            for source, data in islice(records(paths), limit)]
+    return [parse_item(data, source) for source, data in islice(records(paths), limit)]
 
 
 def data_sha256(paths: Iterable[Path | str]) -> str:

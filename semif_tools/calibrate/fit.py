@@ -107,8 +107,9 @@ class Labelled:
     label_mass: float | None = None  # the labels' raw probability mass, when read
 
 
-def _tempered_nll(logs: Sequence[Sequence[float]], golds: Sequence[int], temperature: float
-                  ) -> float:
+def _tempered_nll(
+    logs: Sequence[Sequence[float]], golds: Sequence[int], temperature: float
+) -> float:
     """Mean of log sum_j exp(l_j / T) - l_y / T: the NLL of softmax(l / T)."""
     total = 0.0
     for lg, g in zip(logs, golds):
@@ -204,8 +205,9 @@ def fit_isotonic(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float],
     return [b[0] / b[2] for b in blocks], [b[1] / b[2] for b in blocks]
 
 
-def fit_method(method: str, kind: str, probs: Sequence[Sequence[float]], golds: Sequence[int]
-               ) -> dict[str, Any]:
+def fit_method(
+    method: str, kind: str, probs: Sequence[Sequence[float]], golds: Sequence[int]
+) -> dict[str, Any]:
     """The parameters of one method fitted on these answers (see transform.py for their use)."""
     if method == "none":
         return {}
@@ -237,8 +239,13 @@ def fold_ids(n: int, k: int, seed: int) -> list[int]:
     return folds
 
 
-def held_out(method: str, kind: str, probs: Sequence[Sequence[float]], golds: Sequence[int],
-             folds: Sequence[int]) -> list[list[float]]:
+def held_out(
+    method: str,
+    kind: str,
+    probs: Sequence[Sequence[float]],
+    golds: Sequence[int],
+    folds: Sequence[int],
+) -> list[list[float]]:
     """Each answer calibrated by the method fitted on the other folds only."""
     out: list[list[float]] = [[] for _ in probs]
     for f in sorted(set(folds)):
@@ -261,13 +268,20 @@ class KindFit:
     note: str = ""
 
 
-def fit_kind(kind: str, probs: Sequence[Sequence[float]], golds: Sequence[int],
-             methods: Sequence[str], k: int, seed: int) -> KindFit:
+def fit_kind(
+    kind: str,
+    probs: Sequence[Sequence[float]],
+    golds: Sequence[int],
+    methods: Sequence[str],
+    k: int,
+    seed: int,
+) -> KindFit:
     """Choose and fit the method for one question type (module docstring)."""
     raw = [list(p) for p in probs]
     if len(raw) < max(MIN_ITEMS, 2 * k):
-        return KindFit(kind, "none", {}, len(raw), {}, raw,
-                       f"too few items ({len(raw)}) to fit and hold out")
+        return KindFit(
+            kind, "none", {}, len(raw), {}, raw, f"too few items ({len(raw)}) to fit and hold out"
+        )
     folds = fold_ids(len(raw), k, seed)
     nll = {"none": negative_log_likelihood(raw, golds)}
     answers = {"none": raw}
@@ -278,14 +292,23 @@ def fit_kind(kind: str, probs: Sequence[Sequence[float]], golds: Sequence[int],
         answers[method] = held_out(method, kind, raw, golds, folds)
         nll[method] = negative_log_likelihood(answers[method], golds)
     ece = {m: expected_calibration_error(a, golds) for m, a in answers.items()}
-    kept = [m for m in nll if m != "none" and nll[m] < nll["none"] and ece[m] <= ece["none"]
-            and (m == "temperature" or "temperature" not in nll or nll[m] < nll["temperature"])]
+    kept = [
+        m
+        for m in nll
+        if m != "none"
+        and nll[m] < nll["none"]
+        and ece[m] <= ece["none"]
+        and (m == "temperature" or "temperature" not in nll or nll[m] < nll["temperature"])
+    ]
     best = min(kept, key=lambda m: nll[m], default="none")
     params = fit_method(best, kind, raw, golds)
     note = "" if kept else "no method improved the held-out NLL without worsening the ECE"
     if best == "temperature" and not T_RANGE[0] * 1.01 < params["temperature"] < T_RANGE[1] / 1.01:
-        note = ("temperature at the end of its range: the answers carry almost no signal"
-                if params["temperature"] > 1 else "temperature at the end of its range")
+        note = (
+            "temperature at the end of its range: the answers carry almost no signal"
+            if params["temperature"] > 1
+            else "temperature at the end of its range"
+        )
     return KindFit(kind, best, params, len(raw), nll, answers[best], note)
 
 
@@ -302,7 +325,7 @@ def split_roles(items: Sequence[Labelled], test_share: float, seed: int) -> list
     for key in sorted(groups):
         members = groups[key]
         rng.shuffle(members)
-        for i in members[:round(test_share * len(members))]:
+        for i in members[: round(test_share * len(members))]:
             is_test[i] = True
     return is_test
 
@@ -310,8 +333,9 @@ def split_roles(items: Sequence[Labelled], test_share: float, seed: int) -> list
 ROLES = ("fit", "threshold", "test")
 
 
-def assign_roles(items: Sequence[Labelled], test_share: float, threshold_share: float,
-                 seed: int) -> list[str]:
+def assign_roles(
+    items: Sequence[Labelled], test_share: float, threshold_share: float, seed: int
+) -> list[str]:
     """Each item's part: "test" by ``split_roles(items, test_share, seed)``; of the others,
     "threshold" by ``split_roles(others, threshold_share, seed + 1)``; the rest "fit"."""
     is_test = split_roles(items, test_share, seed)
@@ -360,11 +384,13 @@ class CalibrationFit:
     def evaluation(self) -> str:
         """Where the reported figures come from, in words (the report and the profile)."""
         n = {part: len(self.indices(part)) for part in ROLES}
-        return (f"held-out test split: {n['test']} items (seed {self.seed}) that neither the "
-                "choice of method, the maps, the label-mass floor nor the threshold saw; the "
-                f"maps were chosen and fitted on {n['fit']} items, the threshold tested on "
-                f"{n['threshold']} others. Intervals: {self.level:.0%} percentile bootstrap "
-                "over the test items.")
+        return (
+            f"held-out test split: {n['test']} items (seed {self.seed}) that neither the "
+            "choice of method, the maps, the label-mass floor nor the threshold saw; the "
+            f"maps were chosen and fitted on {n['fit']} items, the threshold tested on "
+            f"{n['threshold']} others. Intervals: {self.level:.0%} percentile bootstrap "
+            "over the test items."
+        )
 
     def _scopes(self, part: str) -> dict[str, list[int]]:
         idx = self.indices(part)
@@ -376,8 +402,10 @@ class CalibrationFit:
     def metrics(self, which: str, part: str = "test") -> dict[str, dict[str, float]]:
         """Summaries ("before" or "after") of one split, for all items and per question type."""
         probs = self.before if which == "before" else self.after
-        return {scope: summary([probs[i] for i in idx], [self.golds[i] for i in idx])
-                for scope, idx in self._scopes(part).items()}
+        return {
+            scope: summary([probs[i] for i in idx], [self.golds[i] for i in idx])
+            for scope, idx in self._scopes(part).items()
+        }
 
     def intervals(self, which: str, part: str = "test") -> dict[str, dict[str, Interval]]:
         """Every metric of ``metrics`` with its bootstrap interval over the scope's items."""
@@ -386,9 +414,11 @@ class CalibrationFit:
         for scope, idx in self._scopes(part).items():
             rows, golds = [probs[i] for i in idx], [self.golds[i] for i in idx]
             out[scope] = {
-                name: bootstrap_interval(_on_resample(f, rows, golds), len(idx),
-                                         level=self.level, seed=self.seed)
-                for name, f in _METRICS.items()}
+                name: bootstrap_interval(
+                    _on_resample(f, rows, golds), len(idx), level=self.level, seed=self.seed
+                )
+                for name, f in _METRICS.items()
+            }
         return out
 
     def threshold_on_test(self) -> dict[str, Any]:
@@ -400,36 +430,55 @@ class CalibrationFit:
         out: dict[str, Any] = {"n": len(idx), "below_floor": len(diverted)}
         if diverted:
             out["below_floor_accuracy"] = sum(
-                top_index(self.after[i]) == self.golds[i] for i in diverted) / len(diverted)
+                top_index(self.after[i]) == self.golds[i] for i in diverted
+            ) / len(diverted)
         t = self.threshold.threshold
         if t is None or not idx:
             return {**out, "count": 0, "coverage": 0.0, "accuracy": None, "lower_bound": None}
         kept = set(idx) - set(diverted)
         picked = [i for i in idx if i in kept and top_probability(self.after[i]) >= t]
         right = sum(top_index(self.after[i]) == self.golds[i] for i in picked)
-        return {**out, "count": len(picked), "coverage": len(picked) / len(idx),
-                "accuracy": right / len(picked) if picked else None,
-                "lower_bound": clopper_pearson_lower(right, len(picked), self.level)
-                if picked else None}
+        return {
+            **out,
+            "count": len(picked),
+            "coverage": len(picked) / len(idx),
+            "accuracy": right / len(picked) if picked else None,
+            "lower_bound": clopper_pearson_lower(right, len(picked), self.level)
+            if picked
+            else None,
+        }
 
 
-_METRICS = {"accuracy": accuracy, "ece": expected_calibration_error, "brier": brier_score,
-            "nll": negative_log_likelihood}
+_METRICS = {
+    "accuracy": accuracy,
+    "ece": expected_calibration_error,
+    "brier": brier_score,
+    "nll": negative_log_likelihood,
+}
 
 
-def _on_resample(metric: Callable[[Sequence[Sequence[float]], Sequence[int]], float],
-                 rows: Sequence[Sequence[float]], golds: Sequence[int]
-                 ) -> Callable[[Sequence[int]], float]:
+def _on_resample(
+    metric: Callable[[Sequence[Sequence[float]], Sequence[int]], float],
+    rows: Sequence[Sequence[float]],
+    golds: Sequence[int],
+) -> Callable[[Sequence[int]], float]:
     """``metric`` of the answers a bootstrap resample picks (indices into rows and golds)."""
     return lambda pick: metric([rows[j] for j in pick], [golds[j] for j in pick])
 
 
-def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("temperature",
-                    "platt", "isotonic"), folds: int = 5, seed: int = 0,
-                    target_accuracy: float = 0.95, min_automated: int = MIN_AUTOMATED,
-                    level: float = DEFAULT_LEVEL, test_share: float = TEST_SHARE,
-                    threshold_share: float = THRESHOLD_SHARE,
-                    label_mass_floor: float | None = None) -> CalibrationFit:
+def fit_calibration(
+    items: Sequence[Labelled],
+    *,
+    methods: Sequence[str] = ("temperature", "platt", "isotonic"),
+    folds: int = 5,
+    seed: int = 0,
+    target_accuracy: float = 0.95,
+    min_automated: int = MIN_AUTOMATED,
+    level: float = DEFAULT_LEVEL,
+    test_share: float = TEST_SHARE,
+    threshold_share: float = THRESHOLD_SHARE,
+    label_mass_floor: float | None = None,
+) -> CalibrationFit:
     """Split, fit every question type present on the fit split, choose the floor (unless
     given), test thresholds on the threshold split and apply the maps to the test split
     (module docstring)."""
@@ -442,8 +491,10 @@ def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("tem
         raise ValueError("no labelled items")
     roles = assign_roles(items, test_share, threshold_share, seed)
     if "test" not in roles:
-        raise ValueError(f"{len(items)} items are too few to hold out a test split of "
-                         f"{test_share:g}: add items or raise --test-share")
+        raise ValueError(
+            f"{len(items)} items are too few to hold out a test split of "
+            f"{test_share:g}: add items or raise --test-share"
+        )
     kinds: dict[str, KindFit] = {}
     after: list[list[float]] = [[] for _ in items]
     for kind in KINDS:
@@ -451,8 +502,14 @@ def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("tem
         others = [i for i, item in enumerate(items) if item.kind == kind and roles[i] != "fit"]
         if not train and not others:
             continue
-        fit = fit_kind(kind, [items[i].probabilities for i in train],
-                       [items[i].gold for i in train], methods, folds, seed)
+        fit = fit_kind(
+            kind,
+            [items[i].probabilities for i in train],
+            [items[i].gold for i in train],
+            methods,
+            folds,
+            seed,
+        )
         kinds[kind] = fit
         for j, i in enumerate(train):
             after[i] = fit.after[j]
@@ -461,19 +518,32 @@ def fit_calibration(items: Sequence[Labelled], *, methods: Sequence[str] = ("tem
     masses = [item.label_mass for item in items]
     if label_mass_floor is None:
         label_mass_floor = fit_label_mass_floor(
-            [m for m, r in zip(masses, roles) if r != "test" and m is not None])
+            [m for m, r in zip(masses, roles) if r != "test" and m is not None]
+        )
     judged = [i for i, r in enumerate(roles) if r == "threshold"]
     chosen = [i for i in judged if _above_floor(masses[i], label_mass_floor)]
     if chosen:
         threshold = fixed_sequence_threshold(
             [top_probability(after[i]) for i in chosen],
             [top_index(after[i]) == items[i].gold for i in chosen],
-            target_accuracy, level=level, min_count=min_automated)
+            target_accuracy,
+            level=level,
+            min_count=min_automated,
+        )
         # the coverage of every threshold-split answer, the ones below the floor included
         threshold = replace(threshold, coverage=threshold.count / len(judged))
     else:
         threshold = ThresholdTest(target_accuracy, level, None, None, None, 0.0, 0, 0)
-    return CalibrationFit(kinds, threshold, [item.gold for item in items],
-                          [list(item.probabilities) for item in items], after,
-                          [item.kind for item in items], roles, masses, label_mass_floor,
-                          level, seed)
+    return CalibrationFit(
+        kinds,
+        threshold,
+        [item.gold for item in items],
+        [list(item.probabilities) for item in items],
+        after,
+        [item.kind for item in items],
+        roles,
+        masses,
+        label_mass_floor,
+        level,
+        seed,
+    )

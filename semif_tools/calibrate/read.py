@@ -49,8 +49,9 @@ class Reading:
         return Labelled(self.kind, self.probabilities, self.gold, self.label_mass)
 
 
-def _answered(what: str, http: httpx.Client, method: str, path: str,
-              **kwargs: Any) -> httpx.Response:
+def _answered(
+    what: str, http: httpx.Client, method: str, path: str, **kwargs: Any
+) -> httpx.Response:
     """The 200 answer to a request (through the retry policy), or AnswerError naming ``what``."""
     try:
         resp = send(http, method, path, **kwargs)
@@ -61,8 +62,7 @@ def _answered(what: str, http: httpx.Client, method: str, path: str,
     return resp
 
 
-def served_model(url: str, api_key: str | None = None,
-                 timeout_s: float = 30.0) -> tuple[str, str]:
+def served_model(url: str, api_key: str | None = None, timeout_s: float = 30.0) -> tuple[str, str]:
     """The model id the proxy serves and llama-server's build: ``GET /v1/models`` ->
     ``data[0].id`` and ``x_llama_build`` ("" when not told)."""
     with client(url, api_key=api_key, timeout_s=timeout_s) as http:
@@ -82,11 +82,16 @@ def _reading(item: Item, body: dict[str, Any]) -> Reading:
     else:
         probs = tuple(float(answer["probabilities"][name]) for name in item.names)
     mass = answer.get("x_label_mass")
-    return Reading(item.kind, probs, item.gold, answer.get("x_prompt_format_version"),
-                   answer.get("x_reads"), None if mass is None else float(mass),
-                   tuple(tuple(float(p) for p in r["by_position"])
-                         for r in answer.get("x_rotations") or ()),
-                   answer.get("x_read_scheme"))
+    return Reading(
+        item.kind,
+        probs,
+        item.gold,
+        answer.get("x_prompt_format_version"),
+        answer.get("x_reads"),
+        None if mass is None else float(mass),
+        tuple(tuple(float(p) for p in r["by_position"]) for r in answer.get("x_rotations") or ()),
+        answer.get("x_read_scheme"),
+    )
 
 
 def _read_one(http: httpx.Client, item: Item, extra: dict[str, Any]) -> Reading:
@@ -99,16 +104,24 @@ def _read_one(http: httpx.Client, item: Item, extra: dict[str, Any]) -> Reading:
 
 
 def read_answers(
-    items: Sequence[Item], url: str, *, api_key: str | None = None, debias: str | None = None,
-    concurrency: int = 4, timeout_s: float = 120.0, progress: Progress | None = None,
+    items: Sequence[Item],
+    url: str,
+    *,
+    api_key: str | None = None,
+    debias: str | None = None,
+    concurrency: int = 4,
+    timeout_s: float = 120.0,
+    progress: Progress | None = None,
 ) -> list[Reading]:
     """One reading per item, in item order; ``progress(1)`` is called after each."""
     extra: dict[str, Any] = {"x_calibration": "none"}
     if debias is not None:
         extra["x_debias"] = debias
     out: list[Reading | None] = [None] * len(items)
-    with client(url, api_key=api_key, timeout_s=timeout_s) as http, \
-            ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    with (
+        client(url, api_key=api_key, timeout_s=timeout_s) as http,
+        ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool,
+    ):
         futures = {pool.submit(_read_one, http, item, extra): i for i, item in enumerate(items)}
         try:
             for future in as_completed(futures):
@@ -122,17 +135,27 @@ def read_answers(
     return [r for r in out if r is not None]
 
 
-def read_rerank_scores(items: Sequence[RerankItem], url: str, *, api_key: str | None = None,
-                       timeout_s: float = 300.0, progress: Progress | None = None
-                       ) -> tuple[list[list[float]], str]:
+def read_rerank_scores(
+    items: Sequence[RerankItem],
+    url: str,
+    *,
+    api_key: str | None = None,
+    timeout_s: float = 300.0,
+    progress: Progress | None = None,
+) -> tuple[list[list[float]], str]:
     """Each query's pointwise scores (uncalibrated), by document index, and the prompt
     format they were read with; one request per query, one at a time (each request
     already reads its documents over the slot that holds the query)."""
     out, version = [], ""
     with client(url, api_key=api_key, timeout_s=timeout_s) as http:
         for item in items:
-            resp = _answered(item.source, http, "POST", "/v1/rerank",
-                             json={"query": item.query, "documents": list(item.documents)})
+            resp = _answered(
+                item.source,
+                http,
+                "POST",
+                "/v1/rerank",
+                json={"query": item.query, "documents": list(item.documents)},
+            )
             try:
                 answer = resp.json()
                 scores = [0.0] * len(item.documents)

@@ -31,9 +31,18 @@ from .dataset import DataError, records
 from .fit import fit_platt
 from .scores import expected_calibration_error
 
-__all__ = ["RerankItem", "is_rerank", "load_rerank_items", "ndcg_at", "reciprocal_rank",
-           "chance_ndcg_at", "chance_reciprocal_rank",
-           "split_queries", "RerankFit", "fit_rerank"]
+__all__ = [
+    "RerankItem",
+    "is_rerank",
+    "load_rerank_items",
+    "ndcg_at",
+    "reciprocal_rank",
+    "chance_ndcg_at",
+    "chance_reciprocal_rank",
+    "split_queries",
+    "RerankFit",
+    "fit_rerank",
+]
 
 
 @dataclass(frozen=True)
@@ -60,9 +69,12 @@ def _item(data: Any, source: str) -> RerankItem:
     texts = tuple(d.get("text") if isinstance(d, dict) else d for d in documents)
     if not all(isinstance(t, str) for t in texts):
         raise DataError(f"{source}: each document is a string or an object with text")
-    if (not isinstance(relevant, list) or not relevant
-            or not all(isinstance(i, int) and not isinstance(i, bool) for i in relevant)
-            or not all(0 <= i < len(texts) for i in relevant)):
+    if (
+        not isinstance(relevant, list)
+        or not relevant
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in relevant)
+        or not all(0 <= i < len(texts) for i in relevant)
+    ):
         raise DataError(f"{source}: relevant must list one or more document indices")
     return RerankItem(source, query, texts, frozenset(relevant))
 
@@ -104,8 +116,7 @@ def chance_reciprocal_rank(n: int, relevant: int) -> float:
     """The expected 1 / rank of the first relevant document in a random order: the first
     is at rank j with probability C(n - j, relevant - 1) / C(n, relevant)."""
     total = math.comb(n, relevant)
-    return math.fsum(math.comb(n - j, relevant - 1) / total / j
-                     for j in range(1, n - relevant + 2))
+    return math.fsum(math.comb(n - j, relevant - 1) / total / j for j in range(1, n - relevant + 2))
 
 
 def split_queries(n: int, test_share: float, seed: int) -> list[bool]:
@@ -139,18 +150,29 @@ class RerankFit:
 
 
 def _ece(scores: Sequence[float], relevant: Sequence[bool]) -> float:
-    return expected_calibration_error([(p, 1 - p) for p in scores],
-                                      [0 if r else 1 for r in relevant])
+    return expected_calibration_error(
+        [(p, 1 - p) for p in scores], [0 if r else 1 for r in relevant]
+    )
 
 
-def fit_rerank(items: Sequence[RerankItem], scores: Sequence[Sequence[float]], *,
-               test_share: float = 0.3, seed: int = 0, k: int = 3) -> RerankFit:
+def fit_rerank(
+    items: Sequence[RerankItem],
+    scores: Sequence[Sequence[float]],
+    *,
+    test_share: float = 0.3,
+    seed: int = 0,
+    k: int = 3,
+) -> RerankFit:
     """The map fitted on the fit queries' pairs, judged on the held-out queries."""
     if len(items) < 2:
         raise DataError("rerank calibration needs at least two queries (one is held out)")
     held = split_queries(len(items), test_share, seed)
-    fit = [(p, j in it.relevant) for it, s, h in zip(items, scores, held) if not h
-           for j, p in enumerate(s)]
+    fit = [
+        (p, j in it.relevant)
+        for it, s, h in zip(items, scores, held)
+        if not h
+        for j, p in enumerate(s)
+    ]
     test = [(it, s) for it, s, h in zip(items, scores, held) if h]
     a, b = fit_platt([p for p, _ in fit], [r for _, r in fit])
     method, note = "platt", ""
@@ -161,13 +183,25 @@ def fit_rerank(items: Sequence[RerankItem], scores: Sequence[Sequence[float]], *
     before = [p for p, _ in pairs]
     after = [platt_scale([p, 1 - p], a, b)[0] for p in before] if method == "platt" else before
     return RerankFit(
-        a, b, method, len(items) - len(test), len(fit), len(test), len(pairs), k,
+        a,
+        b,
+        method,
+        len(items) - len(test),
+        len(fit),
+        len(test),
+        len(pairs),
+        k,
         ndcg=math.fsum(ndcg_at(s, it.relevant, k) for it, s in test) / len(test),
         mrr=math.fsum(reciprocal_rank(s, it.relevant) for it, s in test) / len(test),
-        ndcg_chance=math.fsum(chance_ndcg_at(len(it.documents), len(it.relevant), k)
-                              for it, _ in test) / len(test),
-        mrr_chance=math.fsum(chance_reciprocal_rank(len(it.documents), len(it.relevant))
-                             for it, _ in test) / len(test),
+        ndcg_chance=math.fsum(
+            chance_ndcg_at(len(it.documents), len(it.relevant), k) for it, _ in test
+        )
+        / len(test),
+        mrr_chance=math.fsum(
+            chance_reciprocal_rank(len(it.documents), len(it.relevant)) for it, _ in test
+        )
+        / len(test),
         ece_before=_ece(before, [r for _, r in pairs]),
-        ece_after=_ece(after, [r for _, r in pairs]), note=note)
-
+        ece_after=_ece(after, [r for _, r in pairs]),
+        note=note,
+    )

@@ -137,8 +137,9 @@ def coverage_curve(probs: Distributions, golds: Sequence[int]) -> list[CurvePoin
     max_i p_i >= t, and the accuracy of those answers. Automating every answer at or
     above t covers that share at that accuracy."""
     _check(probs, golds)
-    pairs = sorted(((top_probability(p), top_index(p) == g) for p, g in zip(probs, golds)),
-                   reverse=True)
+    pairs = sorted(
+        ((top_probability(p), top_index(p) == g) for p, g in zip(probs, golds)), reverse=True
+    )
     points: list[CurvePoint] = []
     hits = 0
     for i, (top, hit) in enumerate(pairs):

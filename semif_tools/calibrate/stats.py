@@ -59,8 +59,13 @@ class Interval:
 
 
 def _log_pmf(i: int, n: int, p: float) -> float:
-    return (math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-            + i * math.log(p) + (n - i) * math.log1p(-p))
+    return (
+        math.lgamma(n + 1)
+        - math.lgamma(i + 1)
+        - math.lgamma(n - i + 1)
+        + i * math.log(p)
+        + (n - i) * math.log1p(-p)
+    )
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:
@@ -133,9 +138,14 @@ def quantile(values: Sequence[float], q: float) -> float:
     return xs[i] + (h - i) * (xs[i + 1] - xs[i])
 
 
-def bootstrap_interval(statistic: Callable[[Sequence[int]], float], n: int, *,
-                       level: float = DEFAULT_LEVEL, resamples: int = BOOTSTRAP_RESAMPLES,
-                       seed: int = 0) -> Interval:
+def bootstrap_interval(
+    statistic: Callable[[Sequence[int]], float],
+    n: int,
+    *,
+    level: float = DEFAULT_LEVEL,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     """The statistic on all n items, and the percentile interval of its values on
     ``resamples`` resamples of the item indices drawn with replacement (a seeded RNG, so
     the same data gives the same interval): the (1 - level)/2 and (1 + level)/2 quantiles."""
@@ -163,9 +173,15 @@ class ThresholdTest:
     tested: int  # candidates tested, the failing one included
 
 
-def fixed_sequence_threshold(tops: Sequence[float], hits: Sequence[bool], target: float, *,
-                             level: float = DEFAULT_LEVEL, min_count: int = 10,
-                             grid: Sequence[float] = THRESHOLD_GRID) -> ThresholdTest:
+def fixed_sequence_threshold(
+    tops: Sequence[float],
+    hits: Sequence[bool],
+    target: float,
+    *,
+    level: float = DEFAULT_LEVEL,
+    min_count: int = 10,
+    grid: Sequence[float] = THRESHOLD_GRID,
+) -> ThresholdTest:
     """Test the grid's thresholds from the highest down (module docstring): keep the lowest
     t reached before the first whose answers (top probability >= t, at least ``min_count``
     of them and ``fewest_to_pass``) have a Clopper-Pearson lower bound on their accuracy
@@ -188,9 +204,18 @@ def fixed_sequence_threshold(tops: Sequence[float], hits: Sequence[bool], target
         bound = clopper_pearson_lower(right, len(picked), level)
         if bound < target:
             break
-        kept = ThresholdTest(target, level, t, bound, right / len(picked),
-                             len(picked) / len(tops), len(picked), 0)
+        kept = ThresholdTest(
+            target, level, t, bound, right / len(picked), len(picked) / len(tops), len(picked), 0
+        )
     if kept is None:
         return ThresholdTest(target, level, None, None, None, 0.0, 0, tested)
-    return ThresholdTest(kept.target_accuracy, level, kept.threshold, kept.lower_bound,
-                         kept.accuracy, kept.coverage, kept.count, tested)
+    return ThresholdTest(
+        kept.target_accuracy,
+        level,
+        kept.threshold,
+        kept.lower_bound,
+        kept.accuracy,
+        kept.coverage,
+        kept.count,
+        tested,
+    )

@@ -17,17 +17,32 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 ORDERS = ["4411", "10293", "88-2201", "A7731", "5520", "30018", "7716", "12045", "9982", "61-0047"]
-PRODUCTS = ["blender", "desk lamp", "pair of running shoes", "coffee grinder", "phone case",
-            "rain jacket", "set of kitchen knives", "yoga mat", "bluetooth speaker", "backpack",
-            "winter coat", "electric kettle"]
+PRODUCTS = [
+    "blender",
+    "desk lamp",
+    "pair of running shoes",
+    "coffee grinder",
+    "phone case",
+    "rain jacket",
+    "set of kitchen knives",
+    "yoga mat",
+    "bluetooth speaker",
+    "backpack",
+    "winter coat",
+    "electric kettle",
+]
 AMOUNTS = ["$12.99", "$49.00", "€35.50", "£18.20", "$120.00", "€7.90", "$64.15", "£230.00"]
 CITIES = ["Leeds", "Lyon", "Denver", "Porto", "Graz", "Osaka", "Tampere", "Cork"]
 DEVICES = ["iPhone", "Android phone", "iPad", "Windows laptop", "Chromebook", "MacBook"]
 BROWSERS = ["Firefox", "Chrome", "Safari", "Edge"]
 CODES = ["500", "E-1043", "403", "0x80070005", "TIMEOUT_12", "502"]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
-EMAILS = ["ana.reyes@example.com", "j.kowalski@example.org", "mina@example.net",
-          "tom.h@example.com"]
+EMAILS = [
+    "ana.reyes@example.com",
+    "j.kowalski@example.org",
+    "mina@example.net",
+    "tom.h@example.com",
+]
 
 TICKETS = {
     "billing": [
@@ -89,18 +104,25 @@ TICKETS = {
 }
 
 TICKET_OPTIONS = [
-    {"billing": "charges, refunds, invoices, payment methods",
-     "shipping": "parcels, delivery, tracking, damaged in transit",
-     "technical": "errors, crashes, bugs in the app or website",
-     "account": "login, password, profile details, deleting the account"},
-    {"billing": "money: payments, refunds and invoices",
-     "shipping": "getting the order to the customer",
-     "technical": "something in the app or website does not work",
-     "account": "sign-in, security and profile settings"},
+    {
+        "billing": "charges, refunds, invoices, payment methods",
+        "shipping": "parcels, delivery, tracking, damaged in transit",
+        "technical": "errors, crashes, bugs in the app or website",
+        "account": "login, password, profile details, deleting the account",
+    },
+    {
+        "billing": "money: payments, refunds and invoices",
+        "shipping": "getting the order to the customer",
+        "technical": "something in the app or website does not work",
+        "account": "sign-in, security and profile settings",
+    },
     {"billing": None, "shipping": None, "technical": None, "account": None},
 ]
-TICKET_INSTRUCTIONS = ["Which team should handle this support ticket?",
-                       "Route this customer message to the right queue.", None]
+TICKET_INSTRUCTIONS = [
+    "Which team should handle this support ticket?",
+    "Route this customer message to the right queue.",
+    None,
+]
 
 POSITIVE = [
     "I love this {product}. It works perfectly and looks great.",
@@ -142,115 +164,165 @@ NEUTRAL = [
 # question -> (states where the answer is yes, states where it is no)
 YES_NO = {
     "Has the order been delivered?": (
-        ["Order {order} was delivered on {day} and signed for at the front door.",
-         "The courier dropped off my {product} this morning. It is here.",
-         "Tracking for order {order} says delivered, and I have the parcel in my hands.",
-         "My {product} arrived on {day}, right on time.",
-         "Got the parcel for order {order} yesterday, thanks."],
-        ["Order {order} is still waiting at the warehouse in {city}.",
-         "My {product} has not arrived yet; tracking shows it left {city} on {day}.",
-         "The parcel for order {order} was lost by the courier and never reached me.",
-         "I am still waiting for order {order}. Nothing has come.",
-         "Delivery of my {product} is planned for next {day}."]),
+        [
+            "Order {order} was delivered on {day} and signed for at the front door.",
+            "The courier dropped off my {product} this morning. It is here.",
+            "Tracking for order {order} says delivered, and I have the parcel in my hands.",
+            "My {product} arrived on {day}, right on time.",
+            "Got the parcel for order {order} yesterday, thanks.",
+        ],
+        [
+            "Order {order} is still waiting at the warehouse in {city}.",
+            "My {product} has not arrived yet; tracking shows it left {city} on {day}.",
+            "The parcel for order {order} was lost by the courier and never reached me.",
+            "I am still waiting for order {order}. Nothing has come.",
+            "Delivery of my {product} is planned for next {day}.",
+        ],
+    ),
     "Does the customer ask for money back?": (
-        ["Please refund the {amount} I paid for the broken {product}.",
-         "I want my money back for order {order}.",
-         "Return the {amount} to my card, please; the {product} never worked.",
-         "Can I get a full refund for the {product}? I am not happy with it.",
-         "I expect the {amount} to be credited back to my account."],
-        ["Please send me a replacement {product}; I do not want a refund.",
-         "How do I change the colour of the {product} I ordered?",
-         "Thanks, the {product} works great.",
-         "Could you tell me when order {order} will ship?",
-         "I would like to add a second {product} to order {order}."]),
+        [
+            "Please refund the {amount} I paid for the broken {product}.",
+            "I want my money back for order {order}.",
+            "Return the {amount} to my card, please; the {product} never worked.",
+            "Can I get a full refund for the {product}? I am not happy with it.",
+            "I expect the {amount} to be credited back to my account.",
+        ],
+        [
+            "Please send me a replacement {product}; I do not want a refund.",
+            "How do I change the colour of the {product} I ordered?",
+            "Thanks, the {product} works great.",
+            "Could you tell me when order {order} will ship?",
+            "I would like to add a second {product} to order {order}.",
+        ],
+    ),
     "Is the customer happy with the product?": (
-        ["The {product} is wonderful, thank you so much!",
-         "Really happy with my new {product}. It works perfectly.",
-         "Love the {product}. Best purchase this year.",
-         "The {product} is excellent and I will recommend it to friends.",
-         "Great {product}. Exactly what I needed."],
-        ["The {product} broke on the first day. I am very annoyed.",
-         "I am disappointed with the {product}; it feels cheap.",
-         "This {product} is useless and I want to return it.",
-         "The {product} is awful and the instructions make no sense.",
-         "Terrible {product}. It stopped working after an hour."]),
+        [
+            "The {product} is wonderful, thank you so much!",
+            "Really happy with my new {product}. It works perfectly.",
+            "Love the {product}. Best purchase this year.",
+            "The {product} is excellent and I will recommend it to friends.",
+            "Great {product}. Exactly what I needed.",
+        ],
+        [
+            "The {product} broke on the first day. I am very annoyed.",
+            "I am disappointed with the {product}; it feels cheap.",
+            "This {product} is useless and I want to return it.",
+            "The {product} is awful and the instructions make no sense.",
+            "Terrible {product}. It stopped working after an hour.",
+        ],
+    ),
     "Does the message mention a specific date or weekday?": (
-        ["I need the {product} by {day}.",
-         "Please call me back on {day} after lunch.",
-         "My order {order} was placed on {day}.",
-         "The {product} arrived on {day} but the box was empty.",
-         "I will be away until {day}, so deliver after that."],
-        ["I need the {product} soon.",
-         "Please call me back about order {order} when you can.",
-         "My order {order} was placed a while ago.",
-         "The {product} arrived but the box was empty.",
-         "I will be away for a bit, so deliver later."]),
+        [
+            "I need the {product} by {day}.",
+            "Please call me back on {day} after lunch.",
+            "My order {order} was placed on {day}.",
+            "The {product} arrived on {day} but the box was empty.",
+            "I will be away until {day}, so deliver after that.",
+        ],
+        [
+            "I need the {product} soon.",
+            "Please call me back about order {order} when you can.",
+            "My order {order} was placed a while ago.",
+            "The {product} arrived but the box was empty.",
+            "I will be away for a bit, so deliver later.",
+        ],
+    ),
     "Does the customer want to cancel something?": (
-        ["Please cancel order {order}; I ordered it by mistake.",
-         "I want to cancel my {product} subscription at the end of this month.",
-         "Cancel the {product} from my order, please.",
-         "Can you stop order {order} before it ships? I no longer need it.",
-         "Please cancel my membership; I am moving to {city}."],
-        ["Please add a gift wrap to order {order}.",
-         "When will the {product} be back in stock?",
-         "I would like to renew my {product} subscription for another year.",
-         "Can you ship order {order} faster? I really need it.",
-         "Please keep my membership active while I am in {city}."]),
+        [
+            "Please cancel order {order}; I ordered it by mistake.",
+            "I want to cancel my {product} subscription at the end of this month.",
+            "Cancel the {product} from my order, please.",
+            "Can you stop order {order} before it ships? I no longer need it.",
+            "Please cancel my membership; I am moving to {city}.",
+        ],
+        [
+            "Please add a gift wrap to order {order}.",
+            "When will the {product} be back in stock?",
+            "I would like to renew my {product} subscription for another year.",
+            "Can you ship order {order} faster? I really need it.",
+            "Please keep my membership active while I am in {city}.",
+        ],
+    ),
     "Is a phone or tablet mentioned?": (
-        ["The app crashes on my {mobile}.",
-         "I ordered a case for my {mobile} but it does not fit.",
-         "Your website looks broken on my {mobile}.",
-         "My {mobile} will not pair with the {product}.",
-         "I took a photo of the damage with my {mobile}."],
-        ["The {product} arrived scratched.",
-         "My invoice shows the wrong amount of {amount}.",
-         "Order {order} has not arrived in {city}.",
-         "The {product} is too big for my kitchen.",
-         "I would like to change the delivery address for order {order}."]),
+        [
+            "The app crashes on my {mobile}.",
+            "I ordered a case for my {mobile} but it does not fit.",
+            "Your website looks broken on my {mobile}.",
+            "My {mobile} will not pair with the {product}.",
+            "I took a photo of the damage with my {mobile}.",
+        ],
+        [
+            "The {product} arrived scratched.",
+            "My invoice shows the wrong amount of {amount}.",
+            "Order {order} has not arrived in {city}.",
+            "The {product} is too big for my kitchen.",
+            "I would like to change the delivery address for order {order}.",
+        ],
+    ),
     "Did the customer receive a damaged item?": (
-        ["The {product} arrived with a cracked lid.",
-         "My {product} came broken in two pieces.",
-         "The box for order {order} was soaked and the {product} inside is ruined.",
-         "The screen of the {product} was shattered when I opened the parcel.",
-         "Half of the {product} was dented on arrival."],
-        ["The {product} arrived in perfect condition.",
-         "Everything in order {order} was intact and works well.",
-         "My {product} came well packed and undamaged.",
-         "The {product} has not been shipped yet.",
-         "I received the {product} and it looks brand new."]),
+        [
+            "The {product} arrived with a cracked lid.",
+            "My {product} came broken in two pieces.",
+            "The box for order {order} was soaked and the {product} inside is ruined.",
+            "The screen of the {product} was shattered when I opened the parcel.",
+            "Half of the {product} was dented on arrival.",
+        ],
+        [
+            "The {product} arrived in perfect condition.",
+            "Everything in order {order} was intact and works well.",
+            "My {product} came well packed and undamaged.",
+            "The {product} has not been shipped yet.",
+            "I received the {product} and it looks brand new.",
+        ],
+    ),
     "Is the customer asking a question?": (
-        ["Do you ship to {city}?",
-         "How long does delivery of order {order} take?",
-         "Is the {product} available in blue?",
-         "Can I pay for the {product} with a bank transfer?",
-         "What is the warranty period for the {product}?"],
-        ["I received the {product}. Thanks.",
-         "My order number is {order}.",
-         "The {product} works well.",
-         "I paid {amount} yesterday.",
-         "I live in {city}."]),
+        [
+            "Do you ship to {city}?",
+            "How long does delivery of order {order} take?",
+            "Is the {product} available in blue?",
+            "Can I pay for the {product} with a bank transfer?",
+            "What is the warranty period for the {product}?",
+        ],
+        [
+            "I received the {product}. Thanks.",
+            "My order number is {order}.",
+            "The {product} works well.",
+            "I paid {amount} yesterday.",
+            "I live in {city}.",
+        ],
+    ),
     "Is an amount of money mentioned?": (
-        ["I paid {amount} for the {product}.",
-         "The invoice for order {order} says {amount}.",
-         "You charged me {amount} twice.",
-         "Is the {product} still {amount}?",
-         "My refund of {amount} has not arrived."],
-        ["I paid for the {product} last week.",
-         "The invoice for order {order} is wrong.",
-         "You charged me twice for order {order}.",
-         "Is the {product} still on sale?",
-         "My refund for the {product} has not arrived."]),
+        [
+            "I paid {amount} for the {product}.",
+            "The invoice for order {order} says {amount}.",
+            "You charged me {amount} twice.",
+            "Is the {product} still {amount}?",
+            "My refund of {amount} has not arrived.",
+        ],
+        [
+            "I paid for the {product} last week.",
+            "The invoice for order {order} is wrong.",
+            "You charged me twice for order {order}.",
+            "Is the {product} still on sale?",
+            "My refund for the {product} has not arrived.",
+        ],
+    ),
     "Does the customer report a problem with logging in?": (
-        ["I cannot log in to my account on my {mobile}; it says my password is wrong.",
-         "The login page rejects {email} although I am registered.",
-         "After the update I am unable to sign in on my {mobile}.",
-         "My account is locked since {day} and I cannot get in.",
-         "The two-factor code never arrives on my {mobile}, so I cannot sign in."],
-        ["I logged in without trouble and updated my address to {city}.",
-         "The {product} I ordered is the wrong size.",
-         "Please send me the invoice for order {order}.",
-         "I signed in on {day} and everything looks fine, thanks.",
-         "My parcel for order {order} is late."]),
+        [
+            "I cannot log in to my account on my {mobile}; it says my password is wrong.",
+            "The login page rejects {email} although I am registered.",
+            "After the update I am unable to sign in on my {mobile}.",
+            "My account is locked since {day} and I cannot get in.",
+            "The two-factor code never arrives on my {mobile}, so I cannot sign in.",
+        ],
+        [
+            "I logged in without trouble and updated my address to {city}.",
+            "The {product} I ordered is the wrong size.",
+            "Please send me the invoice for order {order}.",
+            "I signed in on {day} and everything looks fine, thanks.",
+            "My parcel for order {order} is late.",
+        ],
+    ),
 }
 MOBILES = ["iPhone", "Android phone", "iPad", "Samsung tablet", "Pixel phone"]
 
@@ -270,11 +342,19 @@ def _fill(template: str, rng: random.Random, question: str = "") -> str:
 
 def _slots(template: str, rng: random.Random) -> str:
     day, day2 = rng.sample(DAYS, 2)
-    return template.format(order=rng.choice(ORDERS), product=rng.choice(PRODUCTS),
-                           amount=rng.choice(AMOUNTS), city=rng.choice(CITIES),
-                           device=rng.choice(DEVICES), browser=rng.choice(BROWSERS),
-                           code=rng.choice(CODES), day=day, day2=day2, email=rng.choice(EMAILS),
-                           mobile=rng.choice(MOBILES))
+    return template.format(
+        order=rng.choice(ORDERS),
+        product=rng.choice(PRODUCTS),
+        amount=rng.choice(AMOUNTS),
+        city=rng.choice(CITIES),
+        device=rng.choice(DEVICES),
+        browser=rng.choice(BROWSERS),
+        code=rng.choice(CODES),
+        day=day,
+        day2=day2,
+        email=rng.choice(EMAILS),
+        mobile=rng.choice(MOBILES),
+    )
 
 
 def _shuffled(options: dict, rng: random.Random) -> dict:
@@ -294,29 +374,42 @@ def tickets(rng: random.Random) -> list[dict]:
                 instructions = TICKET_INSTRUCTIONS[(i + 2 * rep) % 3]
                 if instructions:
                     q["instructions"] = instructions
-                out.append({"state": _fill(template, rng, "team"), "questions": {"team": q},
-                            "gold": team})
+                out.append(
+                    {"state": _fill(template, rng, "team"), "questions": {"team": q}, "gold": team}
+                )
     return out
 
 
 def sentiment(rng: random.Random) -> list[dict]:
     out = []
     choice = {"positive": "the customer is pleased", "negative": "the customer is unhappy"}
-    for rep in range(3):
+    for _rep in range(3):
         for label, templates in (("positive", POSITIVE), ("negative", NEGATIVE)):
             for template in templates:
-                q = {"type": "choice", "instructions": "What is the sentiment of this review?",
-                     "criteria": _shuffled(choice, rng)}
-                out.append({"state": _fill(template, rng, "sentiment"),
-                            "questions": {"sentiment": q}, "gold": label})
+                q = {
+                    "type": "choice",
+                    "instructions": "What is the sentiment of this review?",
+                    "criteria": _shuffled(choice, rng),
+                }
+                out.append(
+                    {
+                        "state": _fill(template, rng, "sentiment"),
+                        "questions": {"sentiment": q},
+                        "gold": label,
+                    }
+                )
     levels = ["unhappy", "neither happy nor unhappy", "happy"]
-    for rep in range(2):
+    for _rep in range(2):
         for gold, templates in ((0, NEGATIVE), (1, NEUTRAL), (2, POSITIVE)):
             for template in templates:
-                q = {"type": "score", "instructions": "How does the customer feel?",
-                     "criteria": levels}
-                out.append({"state": _fill(template, rng, "mood"), "questions": {"mood": q},
-                            "gold": gold})
+                q = {
+                    "type": "score",
+                    "instructions": "How does the customer feel?",
+                    "criteria": levels,
+                }
+                out.append(
+                    {"state": _fill(template, rng, "mood"), "questions": {"mood": q}, "gold": gold}
+                )
     return out
 
 
@@ -329,8 +422,13 @@ def yes_no(rng: random.Random) -> list[dict]:
                     if rep == 1 and rng.random() < 0.5:
                         continue  # the second pass keeps about half, for variety in size
                     q = {"type": "noul", "instructions": question}
-                    out.append({"state": _fill(state, rng, question), "questions": {"answer": q},
-                                "gold": gold})
+                    out.append(
+                        {
+                            "state": _fill(state, rng, question),
+                            "questions": {"answer": q},
+                            "gold": gold,
+                        }
+                    )
     return out
 
 

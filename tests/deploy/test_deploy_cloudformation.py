@@ -22,8 +22,9 @@ CONFIG = deploy.DeployConfig(
     model_data="s3://b/m.tar.gz",
     role="arn:aws:iam::123456789012:role/r",
 )
-SINGLE = deploy.DeployConfig(name="semif", image="s", model_data="s3://b/m.tar.gz",
-                             role="arn:aws:iam::123456789012:role/r")
+SINGLE = deploy.DeployConfig(
+    name="semif", image="s", model_data="s3://b/m.tar.gz", role="arn:aws:iam::123456789012:role/r"
+)
 
 
 def branch(prop: dict, single: bool):

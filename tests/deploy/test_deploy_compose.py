@@ -93,8 +93,10 @@ def _expressions() -> list[str]:
 @pytest.mark.parametrize(
     ("metric", "grouping"),
     [
-        ('semif_request_duration_seconds_bucket{kind="decision",outcome="ok"}',
-         "sum by (route, le)"),
+        (
+            'semif_request_duration_seconds_bucket{kind="decision",outcome="ok"}',
+            "sum by (route, le)",
+        ),
         ("semif_decision_confidence_ratio_bucket", "sum by (le)"),
         ("semif_label_mass_ratio_bucket", "sum by (le)"),
         ("semif_upstream_errors_total", "sum by (kind)"),
@@ -112,8 +114,9 @@ def test_dashboard_charts_each_metric(metric: str, grouping: str):
 
 def test_latency_panels_count_decisions_only():
     latency = [e for e in _expressions() if "semif_request_duration_seconds" in e]
-    assert latency and all('kind="decision"' in e and e.startswith("histogram_quantile(")
-                           for e in latency)
+    assert latency and all(
+        'kind="decision"' in e and e.startswith("histogram_quantile(") for e in latency
+    )
 
 
 def _volume(service: dict, target: str) -> Path:
@@ -139,8 +142,10 @@ def test_grafana_is_provisioned_with_prometheus_and_the_dashboard():
     folder = provider["options"]["path"]
     mounted = [v for v in grafana["volumes"] if v.split(":")[1].startswith(folder + "/")]
     assert mounted and all((ROOT / v.split(":")[0]).is_file() for v in mounted)
-    assert json.loads(_volume(grafana, mounted[0].split(":")[1]).read_text())["uid"] == \
-        DASHBOARD["uid"]
+    assert (
+        json.loads(_volume(grafana, mounted[0].split(":")[1]).read_text())["uid"]
+        == DASHBOARD["uid"]
+    )
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home in [v.split(":")[1] for v in mounted]
 
@@ -156,8 +161,11 @@ def _merged(base: dict, override: dict) -> dict:
     """Compose's merge of an override file, for mappings (what the GPU file uses)."""
     out = copy.deepcopy(base)
     for key, value in override.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(
-            out.get(key), dict) else copy.deepcopy(value)
+        out[key] = (
+            _merged(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else copy.deepcopy(value)
+        )
     return out
 
 

@@ -145,8 +145,9 @@ def test_single_image_is_the_official_llama_build_with_both_entrypoints():
     # the single entrypoint runs the other two under supervisord, from where it looks
     for script in ("llama-entrypoint.sh", "proxy-entrypoint.sh"):
         assert f"docker/{script}" in copied
-    conf = re.search(r'SEMIF_SUPERVISOR_CONF:-(\S+)}"', (
-        ROOT / "docker" / "single-entrypoint.sh").read_text()).group(1)
+    conf = re.search(
+        r'SEMIF_SUPERVISOR_CONF:-(\S+)}"', (ROOT / "docker" / "single-entrypoint.sh").read_text()
+    ).group(1)
     assert f"docker/supervisord.conf {conf}" in copied
     env = " ".join(args_of(stage, "ENV"))
     assert "PROXY_HOST=0.0.0.0" in env and "SUPERVISORD=/opt/semif/bin/supervisord" in env
@@ -170,7 +171,7 @@ def pip_commands(name: str) -> list[list[str]]:
             words = shlex.split(command)
             for i, word in enumerate(words[:-1]):
                 if word.rsplit("/", 1)[-1] in ("pip", "pip3") and words[i + 1][0] != "-":
-                    commands.append(["pip", *words[i + 1:]])
+                    commands.append(["pip", *words[i + 1 :]])
                     break
     return commands
 
@@ -182,7 +183,8 @@ def kind(command: list[str]) -> str:
     if sub not in ("install", "wheel", "download"):
         return "other"
     files = [w.split("=", 1)[1] for w in words if w.startswith("--requirement=")] + [
-        words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-r", "--requirement")]
+        words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-r", "--requirement")
+    ]
     if sub == "install" and "--require-hashes" in words and files == [RUNTIME_LOCK]:
         return "lock"
     if sub == "install" and "--no-deps" in words and not files and words[-1] == ".":
@@ -224,7 +226,10 @@ def pins(lock: str) -> dict[str, tuple[str, frozenset[str]]]:
     found = {}
     for line in text.splitlines():
         if match := re.match(r"([A-Za-z0-9._-]+)==(\S+)(.*)", line):
-            found[normalize(match[1])] = (match[2], frozenset(re.findall(r"--hash=(\S+)", match[3])))
+            found[normalize(match[1])] = (
+                match[2],
+                frozenset(re.findall(r"--hash=(\S+)", match[3])),
+            )
     return found
 
 
@@ -235,7 +240,7 @@ def normalize(name: str) -> str:
 def test_both_locks_pin_every_package_with_hashes():
     for lock in (RUNTIME_LOCK, DEV_LOCK):
         text = (ROOT / lock).read_text()
-        header = text[:re.search(r"^[^#]", text, re.MULTILINE).start()]
+        header = text[: re.search(r"^[^#]", text, re.MULTILINE).start()]
         assert "#    make lock\n" in header, f"{lock}: its header names `make lock`"
         found = pins(lock)
         assert found, lock
@@ -257,8 +262,10 @@ def test_locks_agree_with_pyproject():
     extras = project["optional-dependencies"]
 
     def pinned(requirements: list[str]) -> dict[str, str]:
-        return {normalize(re.sub(r"\[.*\]", "", name)): version
-                for name, version in (r.split("==") for r in requirements)}
+        return {
+            normalize(re.sub(r"\[.*\]", "", name)): version
+            for name, version in (r.split("==") for r in requirements)
+        }
 
     runtime = pinned(project["dependencies"] + extras["image"])
     dev = pinned(extras["tools"] + extras["test"])
@@ -277,7 +284,10 @@ def test_locks_agree_with_pyproject():
 def test_make_installs_the_right_lock(tmp_path: Path, target: str, lock: str, not_lock: str):
     proc = subprocess.run(
         ["make", "-n", "-C", str(ROOT), target, f"VENV={tmp_path / 'venv'}"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     installs = [line for line in proc.stdout.splitlines() if "pip install" in line]
     assert len(installs) == 1 and "--require-hashes" in installs[0], proc.stdout

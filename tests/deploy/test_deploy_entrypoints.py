@@ -174,14 +174,20 @@ def single(env: dict[str, str], tmp: Path) -> tuple[int, dict[str, str] | None]:
     [
         ({}, {"proxy": "8080", "llama": "8081"}),
         ({"PROXY_PORT": "9000"}, {"proxy": "9000", "llama": "8081"}),
-        ({"SAGEMAKER_BIND_TO_PORT": "8090", "PROXY_PORT": "9000"},
-         {"proxy": "8090", "llama": "8081"}),
+        (
+            {"SAGEMAKER_BIND_TO_PORT": "8090", "PROXY_PORT": "9000"},
+            {"proxy": "8090", "llama": "8081"},
+        ),
         # SageMaker's range for a container's extra ports: its first port that is free
         ({"SAGEMAKER_SAFE_PORT_RANGE": "20000-20999"}, {"proxy": "8080", "llama": "20000"}),
-        ({"SAGEMAKER_BIND_TO_PORT": "20000", "SAGEMAKER_SAFE_PORT_RANGE": "20000-20999"},
-         {"proxy": "20000", "llama": "20001"}),
-        ({"LLAMA_ARG_PORT": "7000", "SAGEMAKER_SAFE_PORT_RANGE": "20000-20999"},
-         {"proxy": "8080", "llama": "7000"}),
+        (
+            {"SAGEMAKER_BIND_TO_PORT": "20000", "SAGEMAKER_SAFE_PORT_RANGE": "20000-20999"},
+            {"proxy": "20000", "llama": "20001"},
+        ),
+        (
+            {"LLAMA_ARG_PORT": "7000", "SAGEMAKER_SAFE_PORT_RANGE": "20000-20999"},
+            {"proxy": "8080", "llama": "7000"},
+        ),
     ],
 )
 def test_single_image_ports_come_from_what_sagemaker_documents(tmp_path: Path, env, ports):

@@ -32,8 +32,13 @@ KUBERNETES = "1.30"
 def render(variant: str | Path) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl (with its built-in kustomize) is needed to render deploy/kubernetes"
-    out = subprocess.run([kubectl, "kustomize", str(KUBE / variant)], capture_output=True,
-                         text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [kubectl, "kustomize", str(KUBE / variant)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
@@ -41,8 +46,14 @@ def render(variant: str | Path) -> list[dict[str, Any]]:
 def crd_errors(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     node = shutil.which("node")
     assert node and (CRD / "node_modules").is_dir(), "run `make crd` (npm ci in tests/deploy/crd)"
-    out = subprocess.run([node, str(CRD / "validate.mjs")], input=json.dumps(docs),
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [node, str(CRD / "validate.mjs")],
+        input=json.dumps(docs),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -83,8 +94,9 @@ def test_the_kubernetes_schemas_catch_a_broken_deployment():
 def test_custom_resources_match_their_published_crds(variant: str):
     custom = [d for d in render(variant) if d["apiVersion"] in CUSTOM]
     assert "ServiceMonitor" in {d["kind"] for d in custom}
-    assert crd_errors(custom) == [{"kind": d["kind"], "name": d["metadata"]["name"],
-                                   "errors": None} for d in custom]
+    assert crd_errors(custom) == [
+        {"kind": d["kind"], "name": d["metadata"]["name"], "errors": None} for d in custom
+    ]
 
 
 def test_the_crd_schemas_catch_broken_custom_resources():
@@ -131,7 +143,10 @@ def test_llama_server_starts_before_the_proxy_and_stops_after_its_drain():
 def test_the_proxy_environment_names_settings_it_reads():
     settings = load_settings([], env(containers(render("base"))["proxy"]))
     assert (settings.host, settings.port, settings.upstream_url) == (
-        "0.0.0.0", 8080, "http://127.0.0.1:8081")
+        "0.0.0.0",
+        8080,
+        "http://127.0.0.1:8081",
+    )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -150,8 +165,9 @@ def test_service_budget_and_monitor_select_the_pods_and_the_proxys_port():
     for selector in (service["spec"]["selector"], budget["spec"]["selector"]["matchLabels"]):
         assert selector.items() <= labels.items()
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]  # never llama's
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
-        "labels"].items()
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert budget["spec"]["maxUnavailable"] == 1
 
@@ -170,7 +186,8 @@ def test_keda_scales_the_deployment_on_decisions_the_proxy_exports():
     for series in ("semif_decisions_active", "semif_decisions_queued"):
         assert series in query and f"# TYPE {series} gauge" in metrics
     assert float(trigger["metadata"]["threshold"]) < int(
-        env(containers(docs)["llama"])["LLAMA_ARG_N_PARALLEL"])
+        env(containers(docs)["llama"])["LLAMA_ARG_N_PARALLEL"]
+    )
 
 
 def test_the_adapter_overlay_replaces_keda_with_an_hpa_on_the_adapters_metric():
@@ -179,8 +196,9 @@ def test_the_adapter_overlay_replaces_keda_with_an_hpa_on_the_adapters_metric():
     hpa = one(docs, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"]["name"] == "semif"
     metric = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
-    rules = yaml.safe_load((KUBE / "overlays" / "prometheus-adapter" / "adapter-rules.yaml")
-                           .read_text())["rules"]
+    rules = yaml.safe_load(
+        (KUBE / "overlays" / "prometheus-adapter" / "adapter-rules.yaml").read_text()
+    )["rules"]
     assert [r["name"]["as"] for r in rules] == [metric]
     for series in ("semif_decisions_active", "semif_decisions_queued"):
         assert series in rules[0]["metricsQuery"] and series in exported()
@@ -201,7 +219,8 @@ def test_the_gpu_overlay_gives_llama_server_a_gpu_and_the_cuda_build():
     assert {**gpu["proxy"], "env": None} == {**cpu["proxy"], "env": None}
     spec = one(render("overlays/gpu"), "Deployment")["spec"]["template"]["spec"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
-        "tolerations"]
+        "tolerations"
+    ]
 
 
 def test_the_images_are_the_official_llama_build_and_ours():

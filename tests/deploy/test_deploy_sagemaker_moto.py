@@ -151,7 +151,7 @@ def with_images(*images: str) -> list[str]:
     argv = list(CREATE)
     for flag in ("--proxy-image", "--llama-image"):
         i = argv.index(flag)
-        del argv[i:i + 2]
+        del argv[i : i + 2]
     return argv + list(images)
 
 
@@ -170,15 +170,22 @@ def test_the_single_image_is_one_container_that_callers_need_not_name(clients: C
     assert container["ModelDataUrl"] == "s3://bucket/semif/model.tar.gz"
     # ml.g4dn is a GPU type: every layer offloaded, on an AMI with a pinned driver, llama-server's
     # -ub at its default 512 and the proxy told 0 (unknown); no host-memory prompt cache
-    assert container["Environment"] == {"LLAMA_ARG_N_PARALLEL": "4", "LLAMA_ARG_CTX_SIZE": "32768",
-                                        "LLAMA_ARG_N_GPU_LAYERS": "999", "LLAMA_ARG_UBATCH": "512",
-                                        "LLAMA_ARG_CACHE_RAM": "0", "PROXY_UPSTREAM_UBATCH": "0"}
+    assert container["Environment"] == {
+        "LLAMA_ARG_N_PARALLEL": "4",
+        "LLAMA_ARG_CTX_SIZE": "32768",
+        "LLAMA_ARG_N_GPU_LAYERS": "999",
+        "LLAMA_ARG_UBATCH": "512",
+        "LLAMA_ARG_CACHE_RAM": "0",
+        "PROXY_UPSTREAM_UBATCH": "0",
+    }
     variant = clients.create_endpoint_config[-1]["ProductionVariants"][0]
     assert variant["InferenceAmiVersion"] == deploy.GPU_AMI
 
 
-@pytest.mark.parametrize(("instance", "image"), [
-    ("ml.c5.xlarge", deploy.DLC_IMAGES["cpu"]), ("ml.g4dn.xlarge", deploy.DLC_IMAGES["gpu"])])
+@pytest.mark.parametrize(
+    ("instance", "image"),
+    [("ml.c5.xlarge", deploy.DLC_IMAGES["cpu"]), ("ml.g4dn.xlarge", deploy.DLC_IMAGES["gpu"])],
+)
 def test_the_llama_cpp_dlc_runs_unchanged_beside_the_proxy(clients: Clients, instance, image):
     argv = with_images("--proxy-image", PROXY_IMAGE, "--llama-dlc")
     argv[argv.index("--instance-type") + 1] = instance
@@ -197,60 +204,98 @@ def test_the_llama_cpp_dlc_runs_unchanged_beside_the_proxy(clients: Clients, ins
     assert ("SM_LLAMA_CPP_N_GPU_LAYERS" in env) == gpu
     # --ubatch-size 63 on CPU, told to the proxy; on GPU 512 and the proxy told 0 (unknown)
     assert (env["SM_LLAMA_CPP_UBATCH_SIZE"], proxy["Environment"]["PROXY_UPSTREAM_UBATCH"]) == (
-        ("512", "0") if gpu else ("63", "63"))
+        ("512", "0") if gpu else ("63", "63")
+    )
     assert env["SM_LLAMA_CPP_CACHE_RAM"] == "0"  # --cache-ram 0, CPU and GPU
     variant = clients.create_endpoint_config[-1]["ProductionVariants"][0]
     assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] >= 600  # the DLC's docs
     assert ("InferenceAmiVersion" in variant) == gpu
 
 
-@pytest.mark.parametrize("images", [
-    ("--image", SINGLE_IMAGE, "--proxy-image", PROXY_IMAGE),
-    ("--proxy-image", PROXY_IMAGE),
-    ("--proxy-image", PROXY_IMAGE, "--llama-image", "x", "--llama-dlc"),
-    (),
-])
+@pytest.mark.parametrize(
+    "images",
+    [
+        ("--image", SINGLE_IMAGE, "--proxy-image", PROXY_IMAGE),
+        ("--proxy-image", PROXY_IMAGE),
+        ("--proxy-image", PROXY_IMAGE, "--llama-image", "x", "--llama-dlc"),
+        (),
+    ],
+)
 def test_images_that_name_no_layout_create_nothing(clients: Clients, images, capsys):
     assert deploy.main(with_images(*images), clients=clients) == 2
     assert "--image" in capsys.readouterr().err
     assert clients("sagemaker").list_models()["Models"] == []
 
 
-TRANSFORM = ["transform", "--name", "nightly-1", "--region", "us-east-1",
-             "--input", "s3://bucket/tickets/", "--output", "s3://bucket/answers/",
-             "--instance-type", "ml.m5.xlarge", "--invocations-timeout", "1800"]
+TRANSFORM = [
+    "transform",
+    "--name",
+    "nightly-1",
+    "--region",
+    "us-east-1",
+    "--input",
+    "s3://bucket/tickets/",
+    "--output",
+    "s3://bucket/answers/",
+    "--instance-type",
+    "ml.m5.xlarge",
+    "--invocations-timeout",
+    "1800",
+]
 
 
 def test_transform_makes_the_single_image_model_and_a_line_by_line_job(clients: Clients, capsys):
-    argv = TRANSFORM + ["--image", SINGLE_IMAGE, "--model-data", "s3://bucket/semif/model.tar.gz",
-                        "--role", ROLE]
+    argv = TRANSFORM + [
+        "--image",
+        SINGLE_IMAGE,
+        "--model-data",
+        "s3://bucket/semif/model.tar.gz",
+        "--role",
+        ROLE,
+    ]
     assert deploy.main(argv, clients=clients) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "nightly-1-model"
     sm = clients("sagemaker")
     assert sm.describe_model(ModelName="nightly-1-model")["PrimaryContainer"]["Image"] == (
-        SINGLE_IMAGE)
+        SINGLE_IMAGE
+    )
     job = sm.describe_transform_job(TransformJobName="nightly-1")
     assert job["ModelName"] == "nightly-1-model"
     assert (job["BatchStrategy"], job["MaxConcurrentTransforms"], job["MaxPayloadInMB"]) == (
-        "MultiRecord", 1, 1)
+        "MultiRecord",
+        1,
+        1,
+    )
     assert job["TransformInput"]["SplitType"] == "Line"
     assert job["TransformInput"]["ContentType"] == "application/jsonlines"
     assert job["TransformInput"]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bucket/tickets/"
-    assert job["TransformOutput"] == {"S3OutputPath": "s3://bucket/answers/",
-                                      "Accept": "application/jsonlines", "AssembleWith": "Line"}
+    assert job["TransformOutput"] == {
+        "S3OutputPath": "s3://bucket/answers/",
+        "Accept": "application/jsonlines",
+        "AssembleWith": "Line",
+    }
     # the proxy is told the job's payload timeout and payload size
     assert job["ModelClientConfig"]["InvocationsTimeoutInSeconds"] == 1800
-    assert job["Environment"] == {"PROXY_INVOCATIONS_TIMEOUT": "1800",
-                                  "PROXY_MAX_BODY_BYTES": str(1024 * 1024)}
+    assert job["Environment"] == {
+        "PROXY_INVOCATIONS_TIMEOUT": "1800",
+        "PROXY_MAX_BODY_BYTES": str(1024 * 1024),
+    }
     assert job["TransformResources"] == {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1}
 
 
 def test_transform_environment_names_settings_the_proxy_reads():
     from proxy.config import load_settings
 
-    request = deploy.transform_request(deploy.TransformConfig(
-        name="j", input="s3://b/i/", output="s3://b/o/", model="m", invocations_timeout_s=900,
-        max_payload_mb=20))
+    request = deploy.transform_request(
+        deploy.TransformConfig(
+            name="j",
+            input="s3://b/i/",
+            output="s3://b/o/",
+            model="m",
+            invocations_timeout_s=900,
+            max_payload_mb=20,
+        )
+    )
     settings = load_settings([], request["Environment"])
     assert settings.invocations_timeout_s == 900.0
     assert settings.max_body_bytes == 20 * 1024 * 1024
@@ -263,13 +308,16 @@ def test_transform_on_an_existing_model_creates_no_model(clients: Clients):
     assert sm.describe_transform_job(TransformJobName="nightly-1")["ModelName"] == "semif-model"
 
 
-@pytest.mark.parametrize("extra", [
-    [],  # neither --model nor --image
-    ["--model", "m", "--image", SINGLE_IMAGE],
-    ["--image", SINGLE_IMAGE],  # without --model-data and --role
-    ["--model", "m", "--invocations-timeout", "3601"],
-    ["--model", "m", "--max-payload-mb", "101"],
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # neither --model nor --image
+        ["--model", "m", "--image", SINGLE_IMAGE],
+        ["--image", SINGLE_IMAGE],  # without --model-data and --role
+        ["--model", "m", "--invocations-timeout", "3601"],
+        ["--model", "m", "--max-payload-mb", "101"],
+    ],
+)
 def test_bad_transform_arguments_start_nothing(clients: Clients, extra, capsys):
     argv = [a for a in TRANSFORM if a not in ("--invocations-timeout", "1800")] + extra
     assert deploy.main(argv, clients=clients) == 2

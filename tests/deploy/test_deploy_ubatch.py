@@ -35,9 +35,13 @@ INSTANCE_TYPES = TEMPLATE["Parameters"]["InstanceType"]["AllowedValues"]
 CPU, GPU = "ml.c7i.xlarge", "ml.g5.xlarge"
 # llama-server b11434's long flags for what python -m deploy sets, and the variable each
 # reads from (llama-server --help: "(env: LLAMA_ARG_...)")
-LLAMA_SERVER_FLAGS = {"--parallel": "LLAMA_ARG_N_PARALLEL", "--ctx-size": "LLAMA_ARG_CTX_SIZE",
-                      "--ubatch-size": "LLAMA_ARG_UBATCH", "--cache-ram": "LLAMA_ARG_CACHE_RAM",
-                      "--n-gpu-layers": "LLAMA_ARG_N_GPU_LAYERS"}
+LLAMA_SERVER_FLAGS = {
+    "--parallel": "LLAMA_ARG_N_PARALLEL",
+    "--ctx-size": "LLAMA_ARG_CTX_SIZE",
+    "--ubatch-size": "LLAMA_ARG_UBATCH",
+    "--cache-ram": "LLAMA_ARG_CACHE_RAM",
+    "--n-gpu-layers": "LLAMA_ARG_N_GPU_LAYERS",
+}
 # the DLC's own variables, not turned into flags (docs/sagemaker.md)
 DLC_CONTROLS = {"SM_LLAMA_CPP_PORT", "SM_LLAMA_CPP_MODEL", "SM_LLAMA_CPP_MODEL_DIR"}
 
@@ -70,8 +74,10 @@ def single_image(environment: dict[str, str], tmp: Path) -> Started:
     environment its programs inherit)."""
     code, _, seen = run(SINGLE, ["serve"], {"SUPERVISORD": str(tmp / "fake"), **environment}, tmp)
     assert code == 0 and seen is not None
-    return (command_environment(seen["SEMIF_LLAMA_COMMAND"], seen),
-            command_environment(seen["SEMIF_PROXY_COMMAND"], seen))
+    return (
+        command_environment(seen["SEMIF_LLAMA_COMMAND"], seen),
+        command_environment(seen["SEMIF_PROXY_COMMAND"], seen),
+    )
 
 
 # compose
@@ -90,8 +96,10 @@ def compose(gpu: bool, shell: dict[str, str]) -> Started:
         assert "command" not in COMPOSE_GPU["services"]["llama"]
         llama.update(COMPOSE_GPU["services"]["llama"]["environment"])
         proxy.update(COMPOSE_GPU["services"]["proxy"]["environment"])
-    return ({k: interpolate(v, shell) for k, v in llama.items()},
-            {k: interpolate(v, shell) for k, v in proxy.items()})
+    return (
+        {k: interpolate(v, shell) for k, v in llama.items()},
+        {k: interpolate(v, shell) for k, v in proxy.items()},
+    )
 
 
 # Kubernetes
@@ -110,7 +118,7 @@ def kubernetes(variant: str) -> Started:
 def condition(value: Any, params: dict[str, str]) -> bool:
     if "Condition" in value:
         return condition(TEMPLATE["Conditions"][value["Condition"]], params)
-    (name, args), = value.items()
+    ((name, args),) = value.items()
     if name == "Fn::Equals":
         a, b = (resolve(x, params) for x in args)
         return a == b
@@ -144,8 +152,13 @@ def resolve(value: Any, params: dict[str, str]) -> Any:
 
 def cloudformation_model(layout: str, instance_type: str) -> dict[str, Any]:
     params = {name: str(p.get("Default", "")) for name, p in TEMPLATE["Parameters"].items()}
-    params.update(Layout=layout, InstanceType=instance_type, SingleImageUri="s",
-                  ProxyImageUri="p", LlamaImageUri="l")
+    params.update(
+        Layout=layout,
+        InstanceType=instance_type,
+        SingleImageUri="s",
+        ProxyImageUri="p",
+        LlamaImageUri="l",
+    )
     return resolve(TEMPLATE["Resources"]["Model"]["Properties"], params)
 
 
@@ -164,16 +177,26 @@ def cloudformation(layout: str, instance_type: str, tmp: Path) -> Started:
 def dlc_flags(environment: dict[str, str]) -> dict[str, str]:
     """The AWS llama.cpp DLC's translation: SM_LLAMA_CPP_FOO_BAR=v is --foo-bar v."""
     prefix = "SM_LLAMA_CPP_"
-    return {"--" + k[len(prefix):].lower().replace("_", "-"): v for k, v in environment.items()
-            if k.startswith(prefix) and k not in DLC_CONTROLS}
+    return {
+        "--" + k[len(prefix) :].lower().replace("_", "-"): v
+        for k, v in environment.items()
+        if k.startswith(prefix) and k not in DLC_CONTROLS
+    }
 
 
 def config(layout: str, instance_type: str) -> deploy.DeployConfig:
-    images = {"single": {"image": "s"}, "two": {"proxy_image": "p", "llama_image": "l"},
-              "dlc": {"proxy_image": "p", "llama_dlc": True}}[layout]
-    return deploy.DeployConfig(name="semif", model_data="s3://b/m.tar.gz",
-                               role="arn:aws:iam::123456789012:role/r",
-                               instance_type=instance_type, **images)
+    images = {
+        "single": {"image": "s"},
+        "two": {"proxy_image": "p", "llama_image": "l"},
+        "dlc": {"proxy_image": "p", "llama_dlc": True},
+    }[layout]
+    return deploy.DeployConfig(
+        name="semif",
+        model_data="s3://b/m.tar.gz",
+        role="arn:aws:iam::123456789012:role/r",
+        instance_type=instance_type,
+        **images,
+    )
 
 
 def python_deploy(layout: str, instance_type: str, tmp: Path) -> Started:
@@ -189,10 +212,15 @@ def python_deploy(layout: str, instance_type: str, tmp: Path) -> Started:
 
 def transform_model(instance_type: str) -> dict[str, Any]:
     """The model ``python -m deploy transform --image`` creates (the single image)."""
-    job = deploy.TransformConfig(name="j", input="s3://b/i/", output="s3://b/o/", image="s",
-                                 model_data="s3://b/m.tar.gz",
-                                 role="arn:aws:iam::123456789012:role/r",
-                                 instance_type=instance_type)
+    job = deploy.TransformConfig(
+        name="j",
+        input="s3://b/i/",
+        output="s3://b/o/",
+        image="s",
+        model_data="s3://b/m.tar.gz",
+        role="arn:aws:iam::123456789012:role/r",
+        instance_type=instance_type,
+    )
     return deploy.model_request(job.model_config())
 
 
@@ -207,20 +235,39 @@ LAYOUTS: list[tuple[str, bool, Layout]] = [
     ("kubernetes-base", False, lambda tmp: kubernetes("base")),
     ("kubernetes-prometheus-adapter", False, lambda tmp: kubernetes("overlays/prometheus-adapter")),
     ("kubernetes-gpu", True, lambda tmp: kubernetes("overlays/gpu")),
-    *[(f"cloudformation-{layout}-{instance}", deploy.is_gpu(instance),
-       lambda tmp, layout=layout, instance=instance: cloudformation(layout, instance, tmp))
-      for layout in ("single", "two") for instance in INSTANCE_TYPES],
-    *[(f"deploy-{layout}-{instance}", deploy.is_gpu(instance),
-       lambda tmp, layout=layout, instance=instance: python_deploy(layout, instance, tmp))
-      for layout in ("single", "two", "dlc") for instance in (CPU, GPU)],
-    *[(f"transform-{instance}", deploy.is_gpu(instance),
-       lambda tmp, instance=instance: batch_transform(instance, tmp)) for instance in (CPU, GPU)],
+    *[
+        (
+            f"cloudformation-{layout}-{instance}",
+            deploy.is_gpu(instance),
+            lambda tmp, layout=layout, instance=instance: cloudformation(layout, instance, tmp),
+        )
+        for layout in ("single", "two")
+        for instance in INSTANCE_TYPES
+    ],
+    *[
+        (
+            f"deploy-{layout}-{instance}",
+            deploy.is_gpu(instance),
+            lambda tmp, layout=layout, instance=instance: python_deploy(layout, instance, tmp),
+        )
+        for layout in ("single", "two", "dlc")
+        for instance in (CPU, GPU)
+    ],
+    *[
+        (
+            f"transform-{instance}",
+            deploy.is_gpu(instance),
+            lambda tmp, instance=instance: batch_transform(instance, tmp),
+        )
+        for instance in (CPU, GPU)
+    ],
     ("single-image-defaults", False, lambda tmp: single_image({}, tmp)),
 ]
 
 
-@pytest.mark.parametrize(("gpu", "layout"), [(gpu, fn) for _, gpu, fn in LAYOUTS],
-                         ids=[name for name, _, _ in LAYOUTS])
+@pytest.mark.parametrize(
+    ("gpu", "layout"), [(gpu, fn) for _, gpu, fn in LAYOUTS], ids=[name for name, _, _ in LAYOUTS]
+)
 def test_llama_servers_ubatch_and_the_proxys_agree(gpu: bool, layout: Layout, tmp_path: Path):
     llama_env, proxy_env = layout(tmp_path)
     llama, proxy = llama_env["LLAMA_ARG_UBATCH"], proxy_env["PROXY_UPSTREAM_UBATCH"]
@@ -231,8 +278,9 @@ def test_llama_servers_ubatch_and_the_proxys_agree(gpu: bool, layout: Layout, tm
     assert load_settings([], {"PROXY_UPSTREAM_UBATCH": proxy}).upstream_ubatch == int(proxy)
 
 
-@pytest.mark.parametrize("layout", [fn for _, _, fn in LAYOUTS],
-                         ids=[name for name, _, _ in LAYOUTS])
+@pytest.mark.parametrize(
+    "layout", [fn for _, _, fn in LAYOUTS], ids=[name for name, _, _ in LAYOUTS]
+)
 def test_llama_servers_ram_prompt_cache_is_off(layout: Layout, tmp_path: Path):
     # CPU and GPU alike: with the cache on, llama-server moves a saved state into another
     # slot, which the proxy sees as an unexpected reuse (the prompt read twice); a restored
@@ -243,17 +291,30 @@ def test_llama_servers_ram_prompt_cache_is_off(layout: Layout, tmp_path: Path):
 
 # the single image's container environment as each layout that runs it sets it
 SINGLE_IMAGE_MODELS: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-    *[(f"cloudformation-{instance}", lambda instance=instance: cloudformation_model(
-        "single", instance)) for instance in INSTANCE_TYPES],
-    *[(f"deploy-{instance}", lambda instance=instance: deploy.model_request(
-        config("single", instance))) for instance in (CPU, GPU)],
-    *[(f"transform-{instance}", lambda instance=instance: transform_model(instance))
-      for instance in (CPU, GPU)],
+    *[
+        (
+            f"cloudformation-{instance}",
+            lambda instance=instance: cloudformation_model("single", instance),
+        )
+        for instance in INSTANCE_TYPES
+    ],
+    *[
+        (
+            f"deploy-{instance}",
+            lambda instance=instance: deploy.model_request(config("single", instance)),
+        )
+        for instance in (CPU, GPU)
+    ],
+    *[
+        (f"transform-{instance}", lambda instance=instance: transform_model(instance))
+        for instance in (CPU, GPU)
+    ],
 ]
 
 
-@pytest.mark.parametrize("model", [fn for _, fn in SINGLE_IMAGE_MODELS],
-                         ids=[name for name, _ in SINGLE_IMAGE_MODELS])
+@pytest.mark.parametrize(
+    "model", [fn for _, fn in SINGLE_IMAGE_MODELS], ids=[name for name, _ in SINGLE_IMAGE_MODELS]
+)
 def test_the_single_image_is_told_so_too(model: Callable[[], dict[str, Any]]):
     # not left to the entrypoint's default: an image pushed before it had one runs so too
     assert model()["PrimaryContainer"]["Environment"]["LLAMA_ARG_CACHE_RAM"] == "0"
@@ -289,48 +350,63 @@ def test_the_dlcs_variables_spell_flags_llama_server_has(instance: str):
 @pytest.mark.skipif(not os.environ.get("LLAMA_SERVER"), reason="LLAMA_SERVER names no binary")
 def test_llama_server_has_those_flags_and_variables():
     binary = Path(os.environ["LLAMA_SERVER"])
-    out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}, check=False)
+    out = subprocess.run(
+        [str(binary), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LD_LIBRARY_PATH": str(binary.parent)},
+        check=False,
+    )
     text = out.stdout + out.stderr
     for flag, variable in LLAMA_SERVER_FLAGS.items():
         assert re.search(rf"(^|[ ,]){re.escape(flag)}[ ,]", text, re.M), flag
         assert f"(env: {variable})" in text, variable
 
 
-@pytest.mark.parametrize(("environment", "pair"), [
-    ({"LLAMA_ARG_UBATCH": "32"}, ("32", "32")),  # the proxy follows llama-server
-    ({"LLAMA_ARG_UBATCH": "512", "PROXY_UPSTREAM_UBATCH": "0"}, ("512", "0")),  # GPU: unknown
-    ({"PROXY_UPSTREAM_UBATCH": "0"}, (str(UBATCH), "0")),
-    ({"LLAMA_ARG_UBATCH": "48", "PROXY_UPSTREAM_UBATCH": "48"}, ("48", "48")),
-])
+@pytest.mark.parametrize(
+    ("environment", "pair"),
+    [
+        ({"LLAMA_ARG_UBATCH": "32"}, ("32", "32")),  # the proxy follows llama-server
+        ({"LLAMA_ARG_UBATCH": "512", "PROXY_UPSTREAM_UBATCH": "0"}, ("512", "0")),  # GPU: unknown
+        ({"PROXY_UPSTREAM_UBATCH": "0"}, (str(UBATCH), "0")),
+        ({"LLAMA_ARG_UBATCH": "48", "PROXY_UPSTREAM_UBATCH": "48"}, ("48", "48")),
+    ],
+)
 def test_the_single_image_tells_the_proxy_llama_servers_ubatch(environment, pair, tmp_path):
     llama, proxy = single_image(environment, tmp_path)
     assert (llama["LLAMA_ARG_UBATCH"], proxy["PROXY_UPSTREAM_UBATCH"]) == pair
 
 
-@pytest.mark.parametrize(("environment", "cache_ram"), [
-    ({}, "0"),
-    ({"LLAMA_ARG_CACHE_RAM": ""}, "0"),
-    ({"LLAMA_ARG_CACHE_RAM": "0"}, "0"),
-    ({"LLAMA_ARG_CACHE_RAM": "1024"}, "1024"),  # the operator's choice, warned about
-    ({"LLAMA_ARG_CACHE_RAM": "-1"}, "-1"),  # no limit
-])
-def test_the_single_image_turns_the_prompt_cache_off_unless_told(environment, cache_ram,
-                                                                  tmp_path):
+@pytest.mark.parametrize(
+    ("environment", "cache_ram"),
+    [
+        ({}, "0"),
+        ({"LLAMA_ARG_CACHE_RAM": ""}, "0"),
+        ({"LLAMA_ARG_CACHE_RAM": "0"}, "0"),
+        ({"LLAMA_ARG_CACHE_RAM": "1024"}, "1024"),  # the operator's choice, warned about
+        ({"LLAMA_ARG_CACHE_RAM": "-1"}, "-1"),  # no limit
+    ],
+)
+def test_the_single_image_turns_the_prompt_cache_off_unless_told(environment, cache_ram, tmp_path):
     llama, _ = single_image(environment, tmp_path)
     assert llama["LLAMA_ARG_CACHE_RAM"] == cache_ram
 
 
-@pytest.mark.parametrize("environment", [
-    {"LLAMA_ARG_UBATCH": "512", "PROXY_UPSTREAM_UBATCH": "63"},
-    {"PROXY_UPSTREAM_UBATCH": "32"},  # llama-server would run with 63
-    {"LLAMA_ARG_UBATCH": "sixty"},
-    {"LLAMA_ARG_UBATCH": "0"},
-    {"LLAMA_ARG_CACHE_RAM": "off"},  # not a size
-    {"LLAMA_ARG_CACHE_RAM": "-2"},
-    {"LLAMA_ARG_CACHE_RAM": "0 --cache-ram 8192"},
-])
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"LLAMA_ARG_UBATCH": "512", "PROXY_UPSTREAM_UBATCH": "63"},
+        {"PROXY_UPSTREAM_UBATCH": "32"},  # llama-server would run with 63
+        {"LLAMA_ARG_UBATCH": "sixty"},
+        {"LLAMA_ARG_UBATCH": "0"},
+        {"LLAMA_ARG_CACHE_RAM": "off"},  # not a size
+        {"LLAMA_ARG_CACHE_RAM": "-2"},
+        {"LLAMA_ARG_CACHE_RAM": "0 --cache-ram 8192"},
+    ],
+)
 def test_the_single_image_refuses_a_proxy_told_another_ubatch(environment, tmp_path):
-    code, argv, _ = run(SINGLE, ["serve"], {"SUPERVISORD": str(tmp_path / "fake"), **environment},
-                        tmp_path)
+    code, argv, _ = run(
+        SINGLE, ["serve"], {"SUPERVISORD": str(tmp_path / "fake"), **environment}, tmp_path
+    )
     assert code == 64 and argv is None

@@ -12,12 +12,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import launch_proxy, wait_for_self_check
 from scripts.stack import stop
+from tests.conftest import launch_proxy, wait_for_self_check
 
 ROUTE = {"options": ["billing", "shipping", "technical"]}
-SENTENCE = ("The customer writes that order {n} arrived late, the box was open and one of the "
-            "three items is missing, so they want the rest refunded or sent again. ")
+SENTENCE = (
+    "The customer writes that order {n} arrived late, the box was open and one of the "
+    "three items is missing, so they want the rest refunded or sent again. "
+)
 
 
 def _long(n: int, sentences: int) -> str:
@@ -32,8 +34,15 @@ def _evaluated(llama) -> int:
 def _settled(url: str) -> None:
     """A first decision, then the self-check it starts: the costs are known after it."""
     for _ in range(10):  # a short deadline may cut the first (it verifies the labels)
-        resp = httpx.post(url + "/v1/chat/completions", timeout=300, json={
-            "model": "m", "messages": [{"role": "user", "content": "warm up"}], "semif": ROUTE})
+        resp = httpx.post(
+            url + "/v1/chat/completions",
+            timeout=300,
+            json={
+                "model": "m",
+                "messages": [{"role": "user", "content": "warm up"}],
+                "semif": ROUTE,
+            },
+        )
         if resp.status_code != 504:
             break
     assert resp.status_code == 200, resp.text
@@ -52,27 +61,41 @@ def short_deadline(llama, logs_dir) -> Iterator[str]:
 
 
 def test_a_decision_no_server_could_read_in_time_is_refused_at_once_naming_the_estimate(
-        short_deadline):
-    body = {"model": "m", "messages": [{"role": "user", "content": _long(1, 160)}],
-            "semif": ROUTE}
+    short_deadline,
+):
+    body = {"model": "m", "messages": [{"role": "user", "content": _long(1, 160)}], "semif": ROUTE}
     started = time.monotonic()
     resp = httpx.post(short_deadline + "/v1/chat/completions", json=body, timeout=120)
     waited = time.monotonic() - started
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["code"] == "exceeds_deadline"
-    assert re.match(r"this request needs about [\d,]+ prompt tokens, about \d+ s on this "
-                    r"server; the deadline is 3 s", error["message"]), error["message"]
+    assert re.match(
+        r"this request needs about [\d,]+ prompt tokens, about \d+ s on this "
+        r"server; the deadline is 3 s",
+        error["message"],
+    ), error["message"]
     tokens = int(re.search(r"about ([\d,]+) prompt", error["message"]).group(1).replace(",", ""))
     assert tokens > 5000  # the conversation's tokens, as planned: none of it is held
     assert waited < 3  # told at once, not after the deadline
 
 
 def test_system_one_refuses_it_with_a_422_detail(short_deadline):
-    resp = httpx.post(short_deadline + "/v1/systemone", timeout=120, json={
-        "model": "jev-latest", "state": _long(2, 160),
-        "questions": {"team": {"type": "choice", "instructions": "Which team?",
-                               "criteria": {"billing": None, "shipping": None}}}})
+    resp = httpx.post(
+        short_deadline + "/v1/systemone",
+        timeout=120,
+        json={
+            "model": "jev-latest",
+            "state": _long(2, 160),
+            "questions": {
+                "team": {
+                    "type": "choice",
+                    "instructions": "Which team?",
+                    "criteria": {"billing": None, "shipping": None},
+                }
+            },
+        },
+    )
     assert resp.status_code == 422, resp.text
     assert "the deadline is 3 s" in str(resp.json()["detail"])
 
@@ -81,15 +104,30 @@ def test_questions_sent_at_once_about_one_state_evaluate_it_once(proxy_url, llam
     _settled(proxy_url)
     state = _long(3, 12)  # about 500 tokens
     tokens = len(httpx.post(llama.url + "/tokenize", json={"content": state}).json()["tokens"])
-    questions = [{"q": {"type": "choice", "instructions": f"Is this about topic {i}?",
-                        "criteria": {"yes": None, "no": None}}} for i in range(8)]
+    questions = [
+        {
+            "q": {
+                "type": "choice",
+                "instructions": f"Is this about topic {i}?",
+                "criteria": {"yes": None, "no": None},
+            }
+        }
+        for i in range(8)
+    ]
     llama.wait_idle()
     before = _evaluated(llama)
 
     async def ask_all() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=300) as client:
-            return await asyncio.gather(*(client.post(proxy_url + "/v1/systemone", json={
-                "model": "jev-latest", "state": state, "questions": q}) for q in questions))
+            return await asyncio.gather(
+                *(
+                    client.post(
+                        proxy_url + "/v1/systemone",
+                        json={"model": "jev-latest", "state": state, "questions": q},
+                    )
+                    for q in questions
+                )
+            )
 
     answers = asyncio.run(ask_all())
     assert [r.status_code for r in answers] == [200] * 8, [r.text for r in answers]
@@ -99,11 +137,13 @@ def test_questions_sent_at_once_about_one_state_evaluate_it_once(proxy_url, llam
     assert spent < tokens + 8 * 100, (spent, tokens)
 
 
-def test_a_retry_after_a_client_left_continues_from_what_the_slot_kept(proxy_url, llama,
-                                                                      logs_dir):
+def test_a_retry_after_a_client_left_continues_from_what_the_slot_kept(proxy_url, llama, logs_dir):
     _settled(proxy_url)
-    body = {"model": "m", "messages": [{"role": "user", "content": _long(4, 30)}],
-            "semif": ROUTE}  # about 900 tokens, one batch of llama-server's
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": _long(4, 30)}],
+        "semif": ROUTE,
+    }  # about 900 tokens, one batch of llama-server's
     llama.wait_idle()
     with pytest.raises(httpx.TimeoutException):  # leaves while llama-server works
         httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=0.5)
@@ -133,7 +173,14 @@ def test_a_retry_after_a_client_left_continues_from_what_the_slot_kept(proxy_url
 
 def test_a_relayed_chat_that_names_no_length_is_not_refused_for_the_cap_it_gets(proxy_url):
     _settled(proxy_url)  # the costs are known: the cap's 2,048 tokens would take minutes
-    resp = httpx.post(proxy_url + "/v1/chat/completions", timeout=300, json={
-        "model": "m", "messages": [{"role": "user", "content": "Say hello."}],
-        "stop": [".", "!", "\n"], "temperature": 0})
+    resp = httpx.post(
+        proxy_url + "/v1/chat/completions",
+        timeout=300,
+        json={
+            "model": "m",
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "stop": [".", "!", "\n"],
+            "temperature": 0,
+        },
+    )
     assert resp.status_code == 200, resp.text

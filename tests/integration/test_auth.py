@@ -29,7 +29,9 @@ def test_requests_without_the_key_get_401(locked, path, body, header):
 
 @pytest.mark.parametrize(("path", "body"), [("/v1/chat/completions", CHAT), ("/v1/systemone", S1)])
 def test_requests_with_the_key_pass(locked, path, body):
-    resp = httpx.post(locked + path, json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    resp = httpx.post(
+        locked + path, json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60
+    )
     assert resp.status_code == 200
 
 
@@ -52,24 +54,36 @@ def test_undecodable_authorization_header_is_401_not_500(locked):
     host, port = locked.removeprefix("http://").split(":")
     body = b'{"state": "s", "questions": {"q": {"type": "noul"}}}'
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n"
-                     b"Content-Type: application/json\r\nConnection: close\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        sock.sendall(
+            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n"
+            b"Content-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         reply = sock.recv(65536)
     assert reply.startswith(b"HTTP/1.1 401 ")
 
 
-@pytest.mark.parametrize(("path", "body", "shape"), [
-    ("/invocations", S1, "error"),  # authentication comes before the body is read
-    ("/invocations", CHAT, "error"),
-    ("/v1/systemone", S1, "detail"),
-    ("/v1/chat/completions", CHAT, "error"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "shape"),
+    [
+        ("/invocations", S1, "error"),  # authentication comes before the body is read
+        ("/invocations", CHAT, "error"),
+        ("/v1/systemone", S1, "detail"),
+        ("/v1/chat/completions", CHAT, "error"),
+    ],
+)
 def test_401_has_the_same_body_whether_or_not_the_model_is_known(locked, path, body, shape):
     first = httpx.post(locked + path, json=body, timeout=60)
     # a good request makes the served model known to the proxy
-    assert httpx.post(locked + "/v1/systemone", json=S1, timeout=60,
-                      headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert (
+        httpx.post(
+            locked + "/v1/systemone",
+            json=S1,
+            timeout=60,
+            headers={"Authorization": f"Bearer {KEY}"},
+        ).status_code
+        == 200
+    )
     second = httpx.post(locked + path, json=body, timeout=60)
     assert first.status_code == second.status_code == 401
     assert list(first.json()) == list(second.json()) == [shape]

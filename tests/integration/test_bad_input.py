@@ -8,8 +8,9 @@ MESSAGES = [{"role": "user", "content": "Ticket: where is my parcel?"}]
 
 
 def _post(proxy_url, body=None, content=None, headers=None):
-    return httpx.post(proxy_url + "/v1/chat/completions", json=body, content=content,
-                      headers=headers, timeout=30)
+    return httpx.post(
+        proxy_url + "/v1/chat/completions", json=body, content=content, headers=headers, timeout=30
+    )
 
 
 @pytest.mark.parametrize(
@@ -61,7 +62,7 @@ def test_openai_sdk_sees_a_bad_request_error(proxy_url):
     assert caught.value.param == "semif.options"
 
 
-@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"", "\"caf\xe9\"".encode("latin-1")])
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b"", '"caf\xe9"'.encode("latin-1")])
 def test_malformed_json_gets_400(proxy_url, content):
     resp = _post(proxy_url, content=content, headers={"Content-Type": "application/json"})
     assert resp.status_code == 400
@@ -69,8 +70,10 @@ def test_malformed_json_gets_400(proxy_url, content):
 
 
 def test_body_over_the_limit_gets_413(proxy_url):
-    big = {"messages": [{"role": "user", "content": "x" * (6 * 1024 * 1024)}],
-           "semif": {"options": ["a", "b"]}}
+    big = {
+        "messages": [{"role": "user", "content": "x" * (6 * 1024 * 1024)}],
+        "semif": {"options": ["a", "b"]},
+    }
     resp = _post(proxy_url, big)
     assert resp.status_code == 413
     assert resp.json()["error"]["code"] == "request_too_large"
@@ -91,7 +94,8 @@ def _nested(depth):
 @pytest.mark.parametrize(
     "body",
     [
-        '{"messages": [{"role": "user", "content": "hi"}], "semif": {"options": {"a": %s, "b": null}}}',
+        '{"messages": [{"role": "user", "content": "hi"}],'
+        ' "semif": {"options": {"a": %s, "b": null}}}',
         '{"messages": [{"role": "user", "content": "hi"}], "semif": {"options": ["a", "b"]},'
         ' "chat_template_kwargs": {"x": %s}}',
     ],
@@ -99,13 +103,20 @@ def _nested(depth):
 )
 def test_deeply_nested_bodies_get_400_not_500(proxy_url, body):
     for depth in (300, 1000):
-        resp = _post(proxy_url, content=(body % _nested(depth)).encode(),
-                     headers={"Content-Type": "application/json"})
+        resp = _post(
+            proxy_url,
+            content=(body % _nested(depth)).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         assert resp.status_code == 400 and resp.json()["error"]["code"] == "too_deep"
 
 
 def test_deeply_nested_system_one_state_gets_422(proxy_url):
-    body = '{"state": %s, "questions": {"q": {"type": "noul"}}}' % _nested(1000)
-    resp = httpx.post(proxy_url + "/v1/systemone", content=body.encode(), timeout=30,
-                      headers={"Content-Type": "application/json"})
+    body = '{"state": ' + _nested(1000) + ', "questions": {"q": {"type": "noul"}}}'
+    resp = httpx.post(
+        proxy_url + "/v1/systemone",
+        content=body.encode(),
+        timeout=30,
+        headers={"Content-Type": "application/json"},
+    )
     assert resp.status_code == 422

@@ -17,8 +17,13 @@ def _job(tmp_path: Path) -> Path:
     lines = (DATA / "yesno.jsonl").read_text().splitlines()[:24]
     rows = [{k: v for k, v in json.loads(x).items() if k != "gold"} for x in lines]
     rows[5]["id"] = "named"
-    rows.insert(7, {"messages": [{"role": "user", "content": "Ticket: refund please"}],
-                    "semif": {"options": ["billing", "shipping"]}})
+    rows.insert(
+        7,
+        {
+            "messages": [{"role": "user", "content": "Ticket: refund please"}],
+            "semif": {"options": ["billing", "shipping"]},
+        },
+    )
     text = "\n".join(json.dumps(r) for r in rows) + "\n{broken\n"
     src = tmp_path / "in.jsonl"
     src.write_text(text)
@@ -26,9 +31,25 @@ def _job(tmp_path: Path) -> Path:
 
 
 def _batch(src, out, url, *extra):
-    return subprocess.Popen([sys.executable, "-m", "proxy", "batch", str(src), str(out), "--url",
-                             url, "--concurrency", "2", *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "batch",
+            str(src),
+            str(out),
+            "--url",
+            url,
+            "--concurrency",
+            "2",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_killed_job_resumes_without_repeating_a_line(proxy_url, tmp_path):

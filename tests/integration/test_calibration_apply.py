@@ -22,15 +22,18 @@ QUESTIONS = {
 PRIOR = (0.5, 0.3, 0.2)
 
 
-def _profile(name, model, *, version=PROMPT_FORMAT_VERSION, threshold=None, debias=None,
-             **extra):
+def _profile(name, model, *, version=PROMPT_FORMAT_VERSION, threshold=None, debias=None, **extra):
     temperature = {"method": "temperature", "params": {"temperature": 3.0}}
     return Profile(
-        name=name, model=model, prompt_format_version=version, created="2026-11-30T00:00:00Z",
+        name=name,
+        model=model,
+        prompt_format_version=version,
+        created="2026-11-30T00:00:00Z",
         data_sha256="0" * 64,
         calibration={k: KindCalibration(**temperature) for k in ("choice", "noul", "score")},
         threshold=Threshold(target_accuracy=0.95, threshold=threshold, coverage=0.5),
-        debias=debias, **extra,
+        debias=debias,
+        **extra,
     )
 
 
@@ -41,21 +44,27 @@ def calibrated(llama, logs_dir, tmp_path_factory):
     save(_profile("flat", model, threshold=0.0), folder)
     save(_profile("strict", model, threshold=1.0), folder)
     save(_profile("debiased", model, threshold=0.0, debias="cyclic"), folder)
-    save(_profile("pride", model, threshold=0.0, debias="pride",
-                  position_prior={"choice": {3: PRIOR}}), folder)
+    save(
+        _profile(
+            "pride", model, threshold=0.0, debias="pride", position_prior={"choice": {3: PRIOR}}
+        ),
+        folder,
+    )
     save(_profile("floored", model, threshold=0.0, label_mass_floor=1.0), folder)
     save(_profile("other-model", "/models/qwen3-4b.gguf"), folder)
     save(_profile("old-prompt", model, version="semif-0"), folder)
-    proc, url, log = launch_proxy(logs_dir, llama.url, "--calibration-dir", str(folder),
-                                  "--calibration-profile", "flat")
+    proc, url, log = launch_proxy(
+        logs_dir, llama.url, "--calibration-dir", str(folder), "--calibration-profile", "flat"
+    )
     yield url
     stop(proc)
     log.close()
 
 
 def _ask(url, **extra):
-    resp = httpx.post(url + "/v1/systemone", timeout=60,
-                      json={"state": STATE, "questions": QUESTIONS, **extra})
+    resp = httpx.post(
+        url + "/v1/systemone", timeout=60, json={"state": STATE, "questions": QUESTIONS, **extra}
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()["answers"]
 
@@ -102,8 +111,9 @@ def test_a_pride_profile_divides_its_prior_out_of_one_read(calibrated):
         assert team["probabilities"][n] == pytest.approx(x / math.fsum(rooted), rel=1e-9)
     # no prior for two options: read cyclically, and the answer says why
     assert answers["refund"]["x_debias"] == "cyclic" and answers["refund"]["x_reads"] == 2
-    assert "no position prior for noul questions with 2 options" in answers["refund"][
-        "x_debias_note"]
+    assert (
+        "no position prior for noul questions with 2 options" in answers["refund"]["x_debias_note"]
+    )
 
 
 def test_the_label_mass_floor_routes_to_review_and_a_request_can_lower_it(calibrated):
@@ -112,16 +122,23 @@ def test_the_label_mass_floor_routes_to_review_and_a_request_can_lower_it(calibr
     assert floored["x_label_mass"] < 1.0  # the grammar excluded the rest of the vocabulary
     lowered = _ask(calibrated, x_calibration="floored", x_label_mass_floor=0.0)["team"]
     assert (lowered["x_route"], lowered["x_route_reason"]) == ("auto", "above_threshold")
-    body = {"messages": [{"role": "user", "content": STATE}],
-            "semif": {"options": ["billing", "shipping"], "calibration": "floored",
-                      "label_mass_floor": 2}}
+    body = {
+        "messages": [{"role": "user", "content": STATE}],
+        "semif": {
+            "options": ["billing", "shipping"],
+            "calibration": "floored",
+            "label_mass_floor": 2,
+        },
+    }
     bad = httpx.post(calibrated + "/v1/chat/completions", json=body, timeout=60)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "semif.label_mass_floor"
 
 
 def test_chat_semif_takes_a_profile(calibrated):
-    body = {"messages": [{"role": "user", "content": STATE}],
-            "semif": {"options": ["billing", "shipping"], "calibration": "strict"}}
+    body = {
+        "messages": [{"role": "user", "content": STATE}],
+        "semif": {"options": ["billing", "shipping"], "calibration": "strict"},
+    }
     semif = httpx.post(calibrated + "/v1/chat/completions", json=body, timeout=60).json()["semif"]
     assert semif["calibration"] == {"profile": "strict", "method": "temperature"}
     assert (semif["route"], semif["route_reason"]) == ("review", "below_threshold")
@@ -129,18 +146,34 @@ def test_chat_semif_takes_a_profile(calibrated):
 
 @pytest.mark.parametrize(
     ("name", "says"),
-    [("other-model", "qwen3-4b"), ("old-prompt", "semif-0"), ("missing", "no calibration profile"),
-     ("../etc/passwd", "invalid calibration profile name"), ("a" * 300, "at most 128")],
+    [
+        ("other-model", "qwen3-4b"),
+        ("old-prompt", "semif-0"),
+        ("missing", "no calibration profile"),
+        ("../etc/passwd", "invalid calibration profile name"),
+        ("a" * 300, "at most 128"),
+    ],
 )
 def test_unusable_profiles_are_refused_with_a_4xx(calibrated, name, says):
-    s1 = httpx.post(calibrated + "/v1/systemone", timeout=60,
-                    json={"state": STATE, "questions": QUESTIONS, "x_calibration": name})
+    s1 = httpx.post(
+        calibrated + "/v1/systemone",
+        timeout=60,
+        json={"state": STATE, "questions": QUESTIONS, "x_calibration": name},
+    )
     # System One's documented validation shape
     assert s1.status_code == 422 and says in json.dumps(s1.json())
-    detail, = s1.json()["detail"]
+    (detail,) = s1.json()["detail"]
     assert detail["loc"] == ["body", "x_calibration"] and detail["type"] == "calibration_profile"
-    chat = httpx.post(calibrated + "/v1/chat/completions", timeout=60, json={
-        "messages": [{"role": "user", "content": STATE}],
-        "semif": {"options": ["a", "b"], "calibration": name}})
+    chat = httpx.post(
+        calibrated + "/v1/chat/completions",
+        timeout=60,
+        json={
+            "messages": [{"role": "user", "content": STATE}],
+            "semif": {"options": ["a", "b"], "calibration": name},
+        },
+    )
     assert chat.status_code == 400
-    assert chat.json()["error"]["param"] == "semif.calibration" and says in chat.json()["error"]["message"]
+    assert (
+        chat.json()["error"]["param"] == "semif.calibration"
+        and says in chat.json()["error"]["message"]
+    )

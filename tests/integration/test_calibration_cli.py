@@ -44,7 +44,11 @@ def test_the_shipped_sets_parse_and_spread_the_gold_answers():
     assert all(n >= 100 for n in counts.values()) and sum(counts.values()) >= 300
     tickets = load_items([DATA / "tickets.jsonl"])
     assert Counter(item.names[item.gold] for item in tickets) == {
-        "billing": 27, "shipping": 27, "technical": 27, "account": 27}
+        "billing": 27,
+        "shipping": 27,
+        "technical": 27,
+        "account": 27,
+    }
     assert set(Counter(item.gold for item in tickets)) == {0, 1, 2, 3}  # every position
     noul = Counter(item.gold for item in load_items([DATA / "yesno.jsonl"]))
     assert abs(noul[0] - noul[1]) <= 0.15 * sum(noul.values())
@@ -54,13 +58,31 @@ def test_the_shipped_sets_parse_and_spread_the_gold_answers():
     ("line", "words"),
     [
         ({"state": "s", "questions": {"q": {"type": "noul"}}}, 'missing "gold"'),
-        ({"state": "s", "questions": {"q": {"type": "noul"}, "r": {"type": "noul"}}, "gold": True},
-         "exactly one question"),
+        (
+            {
+                "state": "s",
+                "questions": {"q": {"type": "noul"}, "r": {"type": "noul"}},
+                "gold": True,
+            },
+            "exactly one question",
+        ),
         ({"state": "s", "questions": {"q": {"type": "noul"}}, "gold": "yes"}, "true or false"),
-        ({"state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": None, "b": None}}},
-          "gold": "c"}, "not one of the options"),
-        ({"state": "s", "questions": {"q": {"type": "score", "criteria": ["lo", "hi"]}},
-          "gold": 2}, "level index 0..1"),
+        (
+            {
+                "state": "s",
+                "questions": {"q": {"type": "choice", "criteria": {"a": None, "b": None}}},
+                "gold": "c",
+            },
+            "not one of the options",
+        ),
+        (
+            {
+                "state": "s",
+                "questions": {"q": {"type": "score", "criteria": ["lo", "hi"]}},
+                "gold": 2,
+            },
+            "level index 0..1",
+        ),
         ({"state": "s", "questions": {"q": {"type": "ranking"}}, "gold": 1}, "question type"),
     ],
 )
@@ -92,11 +114,19 @@ def _synthetic_readings(seed, n=150):
 
 def test_report_compares_reads_with_and_without_debiasing(tmp_path):
     plain = _synthetic_readings(0)
-    debiased = [Labelled(r.kind, (0.4, 0.35, 0.25) if r.gold == 0 else (0.3, 0.4, 0.3), r.gold)
-                for r in plain]
-    fitted = fit_profile(debiased, name="synthetic", model="m.gguf",
-                         prompt_format_version="semif-1", data_sha256="0" * 64, debias="cyclic",
-                         plain=plain)
+    debiased = [
+        Labelled(r.kind, (0.4, 0.35, 0.25) if r.gold == 0 else (0.3, 0.4, 0.3), r.gold)
+        for r in plain
+    ]
+    fitted = fit_profile(
+        debiased,
+        name="synthetic",
+        model="m.gguf",
+        prompt_format_version="semif-1",
+        data_sha256="0" * 64,
+        debias="cyclic",
+        plain=plain,
+    )
     assert fitted.profile.debias == "cyclic" and fitted.plain is not None
     paths = write_report(tmp_path, fitted.profile, fitted.fit, fitted.plain)
     text = paths["report"].read_text()
@@ -123,8 +153,21 @@ def calibrated(proxy_url, tmp_path_factory):
 
 def test_calibrate_reads_fits_and_writes_profile_and_report(proxy_url, calibrated, capfd):
     subset, out = calibrated
-    rc = main([str(subset), "--profile", "it-subset", "--url", proxy_url, "--out-dir", str(out),
-               "--folds", "4", "--seed", "1"])
+    rc = main(
+        [
+            str(subset),
+            "--profile",
+            "it-subset",
+            "--url",
+            proxy_url,
+            "--out-dir",
+            str(out),
+            "--folds",
+            "4",
+            "--seed",
+            "1",
+        ]
+    )
     captured = capfd.readouterr()
     assert rc == 0, captured.err
     assert "reading: 100%" in captured.err and "60/60" in captured.err  # the progress bar
@@ -141,15 +184,23 @@ def test_calibrate_reads_fits_and_writes_profile_and_report(proxy_url, calibrate
     items = load_items([subset])
     roles = assign_roles([Labelled(i.kind, (0.5, 0.5), i.gold) for i in items], 0.3, 0.3, 1)
     for kind, entry in profile.calibration.items():
-        assert entry.n_items == sum(1 for i, r in zip(items, roles)
-                                    if i.kind == kind and r == "fit")
+        assert entry.n_items == sum(
+            1 for i, r in zip(items, roles) if i.kind == kind and r == "fit"
+        )
     threshold_items = roles.count("threshold")
     assert profile.threshold.source.startswith(f"threshold split: {threshold_items} items ")
 
     report = (out / "it-subset.report.md").read_text()
-    for section in ("## Methods", "## Held-out test split", "## Automation threshold",
-                    "## Label-mass floor", "## Reliability", "it-subset.reliability.png",
-                    "it-subset.coverage.png", "held-out test split: 18 items"):
+    for section in (
+        "## Methods",
+        "## Held-out test split",
+        "## Automation threshold",
+        "## Label-mass floor",
+        "## Reliability",
+        "it-subset.reliability.png",
+        "it-subset.coverage.png",
+        "held-out test split: 18 items",
+    ):
         assert section in report
     for png in ("it-subset.reliability.png", "it-subset.coverage.png"):
         width, height = _png_size(out / png)
@@ -166,7 +217,8 @@ def serving_the_profile(llama, logs_dir, calibrated):
 
 
 def test_the_reported_figures_are_what_serving_the_profile_gives_on_the_test_items(
-        serving_the_profile, calibrated):
+    serving_the_profile, calibrated
+):
     """Read the held-out items again through the proxy with the profile applied: their
     accuracy and NLL, and the routes, must be the ones the profile reports (reads are
     repeatable), so the report describes what serving does, on items no choice saw."""

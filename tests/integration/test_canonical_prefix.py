@@ -14,15 +14,20 @@ import pytest
 from scripts.stack import stop
 from tests.conftest import launch_llama, launch_proxy
 
-OPTIONS = {"billing": "charges, refunds, invoices", "shipping": "parcels and delivery",
-           "technical": None}
+OPTIONS = {
+    "billing": "charges, refunds, invoices",
+    "shipping": "parcels and delivery",
+    "technical": None,
+}
 SHORT = "I was charged twice for order 1182 and want one of the payments back."
 LONG = " ".join([SHORT] * 18)  # about 350 tokens with the options: past 256
 
 
 def _decide(url: str, number: int, text: str) -> dict:
-    body = {"messages": [{"role": "user", "content": f"Ticket {number}: {text}"}],
-            "semif": {"options": OPTIONS}}
+    body = {
+        "messages": [{"role": "user", "content": f"Ticket {number}: {text}"}],
+        "semif": {"options": OPTIONS},
+    }
     resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
     assert resp.status_code == 200, resp.text
     return resp.json()
@@ -32,8 +37,10 @@ def _decide_when_up(url: str, number: int, text: str) -> dict:
     """A decision once the proxy has seen llama-server back (503 until then)."""
     deadline = time.monotonic() + 60
     while True:
-        body = {"messages": [{"role": "user", "content": f"Ticket {number}: {text}"}],
-                "semif": {"options": OPTIONS}}
+        body = {
+            "messages": [{"role": "user", "content": f"Ticket {number}: {text}"}],
+            "semif": {"options": OPTIONS},
+        }
         resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
         if resp.status_code != 503 or time.monotonic() > deadline:
             assert resp.status_code == 200, resp.text
@@ -82,15 +89,20 @@ def own_stack(logs_dir):
 def test_a_new_conversation_reads_the_same_whatever_its_slot_held(own_stack, logs_dir, text):
     url, server, state = own_stack
     cold = _decide(url, 1001, text)
-    seen = {"cold": cold["semif"]["probabilities"],
-            "as a replay": _decide(url, 1001, text)["semif"]["probabilities"]}
+    seen = {
+        "cold": cold["semif"]["probabilities"],
+        "as a replay": _decide(url, 1001, text)["semif"]["probabilities"],
+    }
     # another conversation with the same opening ("Ticket 100..."), then ours again
     _decide(url, 1002, text[::-1])
     again = _decide(url, 1001, text)
     seen["after another conversation"] = again["semif"]["probabilities"]
     # a relayed chat request that starts like ours and generates into a slot
-    relayed = {"messages": [{"role": "user", "content": f"Ticket 1001: {text}"}],
-               "max_tokens": 8, "temperature": 0}
+    relayed = {
+        "messages": [{"role": "user", "content": f"Ticket 1001: {text}"}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
     assert httpx.post(url + "/v1/chat/completions", json=relayed, timeout=120).status_code == 200
     seen["after a relayed chat request"] = _decide(url, 1001, text)["semif"]["probabilities"]
     # llama-server restarted on the same port: every slot empty
@@ -110,16 +122,20 @@ def test_a_conversation_with_the_same_opening_reuses_it(own_stack):
     assert cached >= 20  # the template's opening and "Ticket 200", from the slot
 
 
-ROUTER = {"billing": "charges, refunds, invoices and payment methods",
-          "shipping": "parcels, delivery times, tracking and returns",
-          "technical": "log-in problems, crashes and error messages",
-          "account": "profile changes, addresses and closing an account",
-          "other": None}
+ROUTER = {
+    "billing": "charges, refunds, invoices and payment methods",
+    "shipping": "parcels, delivery times, tracking and returns",
+    "technical": "log-in problems, crashes and error messages",
+    "account": "profile changes, addresses and closing an account",
+    "other": None,
+}
 
 
 def _route(url: str, ticket: str, layout: str) -> dict:
-    body = {"messages": [{"role": "user", "content": ticket}],
-            "semif": {"options": ROUTER, "layout": layout}}
+    body = {
+        "messages": [{"role": "user", "content": ticket}],
+        "semif": {"options": ROUTER, "layout": layout},
+    }
     resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
     assert resp.status_code == 200, resp.text
     return resp.json()

@@ -6,7 +6,6 @@ import httpx
 import openai
 import pytest
 
-
 TICKET = [{"role": "user", "content": "Ticket: I was charged twice for my order last week."}]
 
 
@@ -74,8 +73,10 @@ def _written_out(options, labels):
     """The decision prompt written out by hand from the documented format (not by the
     proxy's own ``options_block``): the ticket, the question, one line per option."""
     lines = "\n".join(f"{label}: {option}" for label, option in zip(labels, options))
-    block = (f"Which option fits best?\n\nOptions:\n{lines}\n\n"
-             "Answer with the label of the best option only.")
+    block = (
+        f"Which option fits best?\n\nOptions:\n{lines}\n\n"
+        "Answer with the label of the best option only."
+    )
     return [{"role": "user", "content": TICKET[0]["content"] + "\n\n" + block}], block
 
 
@@ -92,13 +93,20 @@ def _direct_full_read(llama, labels, options, slot=0):
     chunks of 2 to 63 tokens, the last token alone. Returns the labels' log-probabilities
     and the number of prompt tokens."""
     convo, block = _written_out(options, labels)
-    rendered = _post(llama, "/apply-template", {
-        "messages": convo, "chat_template_kwargs": {"enable_thinking": False}})["prompt"]
+    rendered = _post(
+        llama,
+        "/apply-template",
+        {"messages": convo, "chat_template_kwargs": {"enable_thinking": False}},
+    )["prompt"]
     tokens = _post(llama, "/tokenize", {"content": rendered, "add_special": True})["tokens"]
-    before = _post(llama, "/tokenize", {"content": rendered[:rendered.rfind(block)],
-                                        "add_special": True})["tokens"]
-    shared = next(i for i, (a, b) in enumerate(zip(before, tokens)) if a != b) \
-        if before != tokens[:len(before)] else len(before)
+    before = _post(
+        llama, "/tokenize", {"content": rendered[: rendered.rfind(block)], "add_special": True}
+    )["tokens"]
+    shared = (
+        next(i for i, (a, b) in enumerate(zip(before, tokens)) if a != b)
+        if before != tokens[: len(before)]
+        else len(before)
+    )
     base = {"id_slot": slot, "temperature": 0, "n_predict": 0}
     _post(llama, "/completion", {**base, "prompt": tokens[:shared], "cache_prompt": False})
     end, last = shared, len(tokens) - 1
@@ -109,8 +117,18 @@ def _direct_full_read(llama, labels, options, slot=0):
         end += size
         _post(llama, "/completion", {**base, "prompt": tokens[:end], "cache_prompt": True})
     grammar = "root ::= " + " | ".join(f'"{label}"' for label in labels)
-    read = _post(llama, "/completion", {**base, "prompt": tokens, "cache_prompt": True,
-                                        "n_predict": 1, "n_probs": 49152, "grammar": grammar})
+    read = _post(
+        llama,
+        "/completion",
+        {
+            **base,
+            "prompt": tokens,
+            "cache_prompt": True,
+            "n_predict": 1,
+            "n_probs": 49152,
+            "grammar": grammar,
+        },
+    )
     assert read["timings"]["prompt_n"] == 1  # the last token alone
     top = read["completion_probabilities"][0]["top_logprobs"]
     assert len(top) == 49152
@@ -153,8 +171,12 @@ def test_semif_stream_is_one_chunk_then_done(client):
 
 
 def test_semif_stream_sends_usage_last_when_asked(client):
-    with _decide(client, {"options": ["billing", "shipping"]}, stream=True,
-                 stream_options={"include_usage": True}) as stream:
+    with _decide(
+        client,
+        {"options": ["billing", "shipping"]},
+        stream=True,
+        stream_options={"include_usage": True},
+    ) as stream:
         answer, closing = list(stream)
     assert answer.usage is None and answer.choices[0].delta.content in ("billing", "shipping")
     assert closing.choices == [] and closing.usage.completion_tokens == 1

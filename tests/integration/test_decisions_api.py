@@ -11,21 +11,47 @@ from openai.types.decision import (
     AnswerAnswerResourceScore,
 )
 
-STATE = "Subject: charged twice\n\nHello, my card was charged twice for order 1182 and the parcel is late."
-REFUND = {"type": "predicate", "name": "refund", "instructions": "Does the customer ask for money back?"}
-TEAM = {"type": "choice", "instructions": "Which team should handle this ticket?",
-        "choices": [{"value": "billing", "description": "charges, refunds, invoices"},
-                    {"value": "shipping", "description": "delivery, parcels"}, {"value": "technical"}]}
-URGENCY = {"type": "score", "name": "urgency", "instructions": "How urgent is it?",
-           "levels": [{"label": "can wait"}, {"label": "this week"}, {"label": "today"}]}
+STATE = (
+    "Subject: charged twice\n\n"
+    "Hello, my card was charged twice for order 1182 and the parcel is late."
+)
+REFUND = {
+    "type": "predicate",
+    "name": "refund",
+    "instructions": "Does the customer ask for money back?",
+}
+TEAM = {
+    "type": "choice",
+    "instructions": "Which team should handle this ticket?",
+    "choices": [
+        {"value": "billing", "description": "charges, refunds, invoices"},
+        {"value": "shipping", "description": "delivery, parcels"},
+        {"value": "technical"},
+    ],
+}
+URGENCY = {
+    "type": "score",
+    "name": "urgency",
+    "instructions": "How urgent is it?",
+    "levels": [{"label": "can wait"}, {"label": "this week"}, {"label": "today"}],
+}
 # The same questions in System One form.
 SYSTEM_ONE = {
     "refund": {"type": "noul", "instructions": REFUND["instructions"]},
-    "team": {"type": "choice", "instructions": TEAM["instructions"],
-             "criteria": {"billing": "charges, refunds, invoices", "shipping": "delivery, parcels",
-                          "technical": None}},
-    "urgency": {"type": "score", "instructions": URGENCY["instructions"],
-                "criteria": ["can wait", "this week", "today"]},
+    "team": {
+        "type": "choice",
+        "instructions": TEAM["instructions"],
+        "criteria": {
+            "billing": "charges, refunds, invoices",
+            "shipping": "delivery, parcels",
+            "technical": None,
+        },
+    },
+    "urgency": {
+        "type": "score",
+        "instructions": URGENCY["instructions"],
+        "criteria": ["can wait", "this week", "today"],
+    },
 }
 
 
@@ -53,7 +79,10 @@ def test_sdk_parses_every_answer_type(client, model):
     assert team.choice == max(team_probs, key=team_probs.get)
     assert team.confidence == pytest.approx((3 * max(team_probs.values()) - 1) / 2, abs=1e-12)
     assert [(p.label, p.value) for p in urgency.probabilities] == [
-        ("can wait", 0), ("this week", 1), ("today", 2)]
+        ("can wait", 0),
+        ("this week", 1),
+        ("today", 2),
+    ]
     assert math.fsum(p.probability for p in urgency.probabilities) == pytest.approx(1, abs=1e-12)
     expected = math.fsum(p.value * p.probability for p in urgency.probabilities)
     assert urgency.score == pytest.approx(expected, abs=1e-12) and 0 <= urgency.confidence <= 1
@@ -63,16 +92,22 @@ def test_sdk_parses_every_answer_type(client, model):
 
 
 def test_answers_match_system_one(client, model, proxy_url):
-    s1 = httpx.post(proxy_url + "/v1/systemone", timeout=120, json={
-        "model": "jev-latest", "state": STATE, "questions": SYSTEM_ONE}).json()["answers"]
+    s1 = httpx.post(
+        proxy_url + "/v1/systemone",
+        timeout=120,
+        json={"model": "jev-latest", "state": STATE, "questions": SYSTEM_ONE},
+    ).json()["answers"]
     refund, team, urgency = client.decisions.create(
-        model=model, input=STATE, questions=[REFUND, TEAM, URGENCY]).answers
+        model=model, input=STATE, questions=[REFUND, TEAM, URGENCY]
+    ).answers
     assert refund.probability == pytest.approx(s1["refund"]["noul"], abs=0.02)
     for p in team.probabilities:
         assert p.probability == pytest.approx(s1["team"]["probabilities"][p.value], abs=0.02)
     assert team.choice == s1["team"]["choice"]
     for p in urgency.probabilities:
-        assert p.probability == pytest.approx(s1["urgency"]["probabilities"][str(p.value)], abs=0.02)
+        assert p.probability == pytest.approx(
+            s1["urgency"]["probabilities"][str(p.value)], abs=0.02
+        )
     assert urgency.score == pytest.approx(s1["urgency"]["score"], abs=0.02)
 
 
@@ -80,22 +115,33 @@ def test_items_are_read_as_their_transcript(client, model):
     items = [
         {"role": "system", "content": "You route support tickets."},
         {"role": "user", "content": [{"type": "input_text", "text": STATE}]},
-        {"type": "function_call", "call_id": "c1", "name": "order_status", "arguments": '{"id": 1182}'},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "order_status",
+            "arguments": '{"id": 1182}',
+        },
         {"type": "function_call_output", "call_id": "c1", "output": "shipped 9 days ago"},
     ]
-    transcript = (f"system: You route support tickets.\nuser: {STATE}\n"
-                  'function_call order_status (c1): {"id": 1182}\n'
-                  "function_call_output (c1): shipped 9 days ago")
+    transcript = (
+        f"system: You route support tickets.\nuser: {STATE}\n"
+        'function_call order_status (c1): {"id": 1182}\n'
+        "function_call_output (c1): shipped 9 days ago"
+    )
     # The same prompt either way, read the same way (proxy/kv.py): the same numbers, exactly.
     as_items = client.decisions.create(model=model, input=items, questions=[TEAM]).answers[0]
     as_text = client.decisions.create(model=model, input=transcript, questions=[TEAM]).answers[0]
-    assert [(a.value, a.probability) for a in as_items.probabilities] == \
-        [(b.value, b.probability) for b in as_text.probabilities]
+    assert [(a.value, a.probability) for a in as_items.probabilities] == [
+        (b.value, b.probability) for b in as_text.probabilities
+    ]
 
 
 def test_boolean_choice_values_stay_booleans(client, model):
-    question = {"type": "choice", "instructions": "Was the customer charged twice?",
-                "choices": [{"value": True}, {"value": False, "description": "charged once"}]}
+    question = {
+        "type": "choice",
+        "instructions": "Was the customer charged twice?",
+        "choices": [{"value": True}, {"value": False, "description": "charged once"}],
+    }
     answer = client.decisions.create(model=model, input=STATE, questions=[question]).answers[0]
     assert [p.value for p in answer.probabilities] == [True, False]
     assert isinstance(answer.choice, bool)
@@ -104,11 +150,25 @@ def test_boolean_choice_values_stay_booleans(client, model):
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"input": [{"role": "user", "content": [
-            {"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": "data:,"}]}],
-          "questions": [REFUND]}, "input.0.content.1"),
-        ({"input": STATE, "questions": [REFUND, {**TEAM, "choices": TEAM["choices"][:1]}]},
-         "questions.1.choices"),
+        (
+            {
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_text", "text": "see"},
+                            {"type": "input_image", "image_url": "data:,"},
+                        ],
+                    }
+                ],
+                "questions": [REFUND],
+            },
+            "input.0.content.1",
+        ),
+        (
+            {"input": STATE, "questions": [REFUND, {**TEAM, "choices": TEAM["choices"][:1]}]},
+            "questions.1.choices",
+        ),
         ({"input": STATE, "questions": []}, "questions"),
         ({"model": "gpt-4o", "input": STATE, "questions": [REFUND]}, "model"),
     ],
@@ -124,14 +184,18 @@ def test_bad_requests_get_openai_errors_naming_the_field(proxy_url, model, body,
 def test_sdk_raises_bad_request_for_an_image(client, model):
     image = {"type": "input_image", "image_url": "https://example.com/a.png"}
     with pytest.raises(openai.BadRequestError) as caught:
-        client.decisions.create(model=model, input=[{"role": "user", "content": [image]}],
-                                questions=[REFUND])
+        client.decisions.create(
+            model=model, input=[{"role": "user", "content": [image]}], questions=[REFUND]
+        )
     assert caught.value.body["param"] == "input.0.content.0"
 
 
 def test_malformed_json_is_400(proxy_url):
-    resp = httpx.post(proxy_url + "/v1/decisions", content=b"{not json",
-                      headers={"Content-Type": "application/json"})
+    resp = httpx.post(
+        proxy_url + "/v1/decisions",
+        content=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
     assert resp.status_code == 400
     assert resp.json()["error"]["code"] == "invalid_json"
 
@@ -139,8 +203,11 @@ def test_malformed_json_is_400(proxy_url):
 def test_the_documented_model_name_works_and_usage_has_openais_meaning(client, proxy_url):
     first = client.decisions.create(model="gpt-6-luna", input=STATE, questions=[REFUND, TEAM])
     again = client.decisions.create(model="gpt-6-luna", input=STATE, questions=[REFUND, TEAM])
-    s1 = httpx.post(proxy_url + "/v1/systemone", timeout=120, json={
-        "state": STATE, "questions": {k: SYSTEM_ONE[k] for k in ("refund", "team")}}).json()
+    s1 = httpx.post(
+        proxy_url + "/v1/systemone",
+        timeout=120,
+        json={"state": STATE, "questions": {k: SYSTEM_ONE[k] for k in ("refund", "team")}},
+    ).json()
     prompt_tokens = sum(a["x_prompt_tokens"] for a in s1["answers"].values())
     # every prompt token counts, however many llama-server had cached
     assert first.model == "gpt-6-luna"

@@ -17,15 +17,18 @@ from scripts.stack import stop
 from tests.conftest import free_port, launch_llama, launch_proxy, wait_for_self_check
 from tests.standin import StandIn
 
-DECISION = {"messages": [{"role": "user", "content": "Ticket: where is my parcel?"}],
-            "semif": {"options": ["billing", "shipping", "technical"]}}
+DECISION = {
+    "messages": [{"role": "user", "content": "Ticket: where is my parcel?"}],
+    "semif": {"options": ["billing", "shipping", "technical"]},
+}
 
 
 @pytest.fixture(scope="module")
 def standin_proxy(logs_dir):
     with StandIn() as standin:
-        proc, url, log = launch_proxy(logs_dir, standin.url, "--decision-deadline-s", "1.5",
-                                      "--request-timeout-s", "10")
+        proc, url, log = launch_proxy(
+            logs_dir, standin.url, "--decision-deadline-s", "1.5", "--request-timeout-s", "10"
+        )
         yield standin, url
         stop(proc)
         log.close()
@@ -83,12 +86,18 @@ def test_llama_killed_mid_requests_then_restarted(logs_dir):
             if body.get("stream") and resp.status_code == 200:
                 # a stream that had started ends with an error event instead
                 last = [line for line in resp.text.splitlines() if line.startswith("data: ")][-1]
-                results.append(502 if '"error"' in last and '"upstream_' in last else f"no error event: {last}")
+                results.append(
+                    502 if '"error"' in last and '"upstream_' in last else f"no error event: {last}"
+                )
             else:
                 results.append(resp.status_code)
 
-        stream_body = {"messages": DECISION["messages"], "max_tokens": 2000, "stream": True,
-                       "ignore_eos": True}  # still generating when llama-server dies
+        stream_body = {
+            "messages": DECISION["messages"],
+            "max_tokens": 2000,
+            "stream": True,
+            "ignore_eos": True,
+        }  # still generating when llama-server dies
         threads = [threading.Thread(target=call, args=(b,)) for b in (slow, slow, stream_body)]
         for t in threads:
             t.start()
@@ -142,8 +151,11 @@ async def test_client_disconnects_leak_no_task_connection_or_fd(llama):
                 nonce = time.monotonic_ns() % 10_000
                 slow = {**DECISION, "semif": {"options": [f"x{i}-{nonce}" for i in range(8)]}}
                 with pytest.raises(asyncio.TimeoutError):
-                    async with s.post(url + "/v1/chat/completions", json=slow,
-                                      timeout=aiohttp.ClientTimeout(total=0.05)):
+                    async with s.post(
+                        url + "/v1/chat/completions",
+                        json=slow,
+                        timeout=aiohttp.ClientTimeout(total=0.05),
+                    ):
                         pass  # mid-request
         await asyncio.sleep(1.0)
         assert len(asyncio.all_tasks()) <= tasks
@@ -155,8 +167,10 @@ async def test_client_disconnects_leak_no_task_connection_or_fd(llama):
 def test_slow_clients_do_not_block_others(proxy_url):
     host, port = proxy_url.removeprefix("http://").split(":")
     body = b'{"messages": [{"role": "user", "content": "hi"}], "semif": {"options": ["a", "b"]}}'
-    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
     stop_drip = threading.Event()
 
     def drip():
@@ -176,8 +190,12 @@ def test_slow_clients_do_not_block_others(proxy_url):
         time.sleep(0.3)
         for _ in range(3):
             started = time.monotonic()
-            assert httpx.post(proxy_url + "/v1/chat/completions", json=DECISION,
-                              timeout=30).status_code == 200
+            assert (
+                httpx.post(
+                    proxy_url + "/v1/chat/completions", json=DECISION, timeout=30
+                ).status_code
+                == 200
+            )
             assert time.monotonic() - started < 8  # not held behind the drippers' 8 connections
     finally:
         stop_drip.set()
@@ -188,8 +206,16 @@ def test_slow_clients_do_not_block_others(proxy_url):
 def test_past_the_caps_decisions_get_429_with_retry_after(standin_proxy, logs_dir):
     standin, _ = standin_proxy
     standin.mode, standin.delay_s = "slow", 1.0
-    proc, url, log = launch_proxy(logs_dir, standin.url, "--max-active-decisions", "1",
-                                  "--max-queued-decisions", "1", "--retry-after-s", "4")
+    proc, url, log = launch_proxy(
+        logs_dir,
+        standin.url,
+        "--max-active-decisions",
+        "1",
+        "--max-queued-decisions",
+        "1",
+        "--retry-after-s",
+        "4",
+    )
     try:
         results = []
 
@@ -218,8 +244,11 @@ def test_invalid_system_one_body_is_422_even_when_llama_server_is_down(logs_dir)
     try:
         bad = httpx.post(url + "/v1/systemone", json={"state": None, "questions": {}}, timeout=10)
         assert bad.status_code == 422
-        good = httpx.post(url + "/v1/systemone", timeout=10,
-                          json={"state": "s", "questions": {"q": {"type": "noul"}}})
+        good = httpx.post(
+            url + "/v1/systemone",
+            timeout=10,
+            json={"state": "s", "questions": {"q": {"type": "noul"}}},
+        )
         assert good.status_code == 503 and good.headers["Retry-After"]
     finally:
         stop(proc)

@@ -28,8 +28,7 @@ def fronted(llama, logs_dir):
         ("POST", "/tokenize", {"content": "Hello world"}),
         ("POST", "/detokenize", {"tokens": [19556, 905]}),
         ("POST", "/apply-template", {"messages": HI}),
-        ("POST", "/v1/responses", {"input": "Say hi.", "max_output_tokens": 2,
-                                   "temperature": 0}),
+        ("POST", "/v1/responses", {"input": "Say hi.", "max_output_tokens": 2, "temperature": 0}),
         ("POST", "/v1/messages", {"messages": HI, "max_tokens": 2, "temperature": 0}),
         ("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "temperature": 0}),
         ("GET", "/props", None),
@@ -50,8 +49,11 @@ def test_llama_servers_own_routes_answer_as_they_do_directly(fronted, llama, met
 
 
 def test_a_cors_preflight_is_answered_by_llama_server(fronted, llama):
-    headers = {"Origin": "http://example.test", "Access-Control-Request-Method": "POST",
-               "Access-Control-Request-Headers": "content-type"}
+    headers = {
+        "Origin": "http://example.test",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type",
+    }
     via = httpx.options(fronted + "/v1/chat/completions", headers=headers, timeout=10)
     direct = httpx.options(llama.url + "/v1/chat/completions", headers=headers, timeout=10)
     assert via.status_code == direct.status_code
@@ -70,8 +72,7 @@ def test_erasing_a_slot_without_the_admin_key_is_refused(fronted, headers):
 
 
 def test_the_admin_key_unlocks_the_control_routes(fronted, llama):
-    resp = httpx.post(fronted + "/slots/0?action=erase", headers={"X-Admin-Key": ADMIN},
-                      timeout=10)
+    resp = httpx.post(fronted + "/slots/0?action=erase", headers={"X-Admin-Key": ADMIN}, timeout=10)
     direct = httpx.post(llama.url + "/slots/0?action=erase", timeout=10)
     # llama-server's own answer, whatever it is (this build, started without
     # --slot-save-path, answers 501): not the proxy's 403
@@ -80,6 +81,5 @@ def test_the_admin_key_unlocks_the_control_routes(fronted, llama):
 
 
 def test_without_a_configured_admin_key_control_routes_are_always_refused(proxy_url):
-    resp = httpx.post(proxy_url + "/slots/0?action=erase", headers={"X-Admin-Key": ""},
-                      timeout=10)
+    resp = httpx.post(proxy_url + "/slots/0?action=erase", headers={"X-Admin-Key": ""}, timeout=10)
     assert resp.status_code == 403

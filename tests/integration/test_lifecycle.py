@@ -1,4 +1,5 @@
-"""The connection lifecycle (aiohttp serving the proxy), in process against the stand-in llama-server:
+"""The connection lifecycle (aiohttp serving the proxy), in process against the stand-in
+llama-server:
 idle keep-alive connections close, busy ones do not, a client that leaves cancels
 its upstream call, and a drain lets requests in progress finish (up to its limit)."""
 
@@ -17,10 +18,16 @@ from proxy.server import Server
 from tests.conftest import free_port
 from tests.standin import StandIn
 
-BODY = orjson.dumps({"messages": [{"role": "user", "content": "route it"}],
-                     "semif": {"options": ["billing", "shipping"]}})
-REQUEST = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n"
-           % len(BODY) + BODY)
+BODY = orjson.dumps(
+    {
+        "messages": [{"role": "user", "content": "route it"}],
+        "semif": {"options": ["billing", "shipping"]},
+    }
+)
+REQUEST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+    + BODY
+)
 
 
 @pytest.fixture
@@ -37,8 +44,9 @@ async def make_server(standin) -> AsyncIterator:
     servers: list[Server] = []
 
     async def make(keepalive_s: float = 75.0, shutdown_timeout_s: float = 5.0) -> Server:
-        settings = Settings(upstream_url=standin.url, port=free_port(),
-                            shutdown_timeout_s=shutdown_timeout_s)
+        settings = Settings(
+            upstream_url=standin.url, port=free_port(), shutdown_timeout_s=shutdown_timeout_s
+        )
         server = Server(create_app(settings), settings, keepalive_s=keepalive_s)
         await server.start()
         servers.append(server)
@@ -146,7 +154,8 @@ async def test_close_cancels_what_outlives_the_timeout(make_server, standin):
 
 
 async def test_a_half_sent_request_after_a_long_one_does_not_hold_the_connection(
-        make_server, standin):
+    make_server, standin
+):
     standin.mode, standin.delay_s = "slow", 0.8  # outlives the keep-alive
     server = await make_server(keepalive_s=0.3)
     reader, writer = await connect(server)
@@ -159,6 +168,6 @@ async def test_a_slow_body_is_not_idle(make_server):
     server = await make_server(keepalive_s=0.4)
     reader, writer = await connect(server)
     for i in range(0, len(REQUEST), len(REQUEST) // 6):  # 6+ pieces over ~0.9 s
-        writer.write(REQUEST[i:i + len(REQUEST) // 6])
+        writer.write(REQUEST[i : i + len(REQUEST) // 6])
         await asyncio.sleep(0.15)
     assert (await answer(reader))[0] == 200

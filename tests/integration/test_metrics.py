@@ -36,13 +36,18 @@ def _get(samples, name, **labels):
 def test_metrics_match_the_traffic(fresh_proxy):
     post = lambda path, body: httpx.post(fresh_proxy + path, json=body, timeout=60)  # noqa: E731
     for _ in range(3):
-        assert post(CHAT, {"messages": MESSAGES, "semif": {"options": ["a", "b", "c"]}}).status_code == 200
+        assert (
+            post(CHAT, {"messages": MESSAGES, "semif": {"options": ["a", "b", "c"]}}).status_code
+            == 200
+        )
     for _ in range(2):
         assert post(CHAT, {"messages": MESSAGES, "max_tokens": 2}).status_code == 200
     for _ in range(2):
         assert post(CHAT, {"messages": MESSAGES, "semif": {"options": ["only"]}}).status_code == 400
-    questions = {"team": {"type": "choice", "criteria": {"w": None, "x": None, "y": None, "z": None}},
-                 "spam": {"type": "noul"}}
+    questions = {
+        "team": {"type": "choice", "criteria": {"w": None, "x": None, "y": None, "z": None}},
+        "spam": {"type": "noul"},
+    }
     assert post("/v1/systemone", {"state": "s", "questions": questions}).status_code == 200
     assert post("/v1/systemone", {"state": None, "questions": questions}).status_code == 422
 
@@ -66,15 +71,23 @@ def test_metrics_match_the_traffic(fresh_proxy):
     for route, n in ((CHAT, 3), ("/v1/systemone", 1)):
         assert _get(m, "semif_decision_upstream_seconds_count", route=route) == n
         assert _get(m, "semif_decision_proxy_seconds_count", route=route) == n
-        total = _get(m, "semif_request_duration_seconds_sum", route=route, kind="decision", outcome="ok")
+        total = _get(
+            m, "semif_request_duration_seconds_sum", route=route, kind="decision", outcome="ok"
+        )
         upstream = _get(m, "semif_decision_upstream_seconds_sum", route=route)
         assert 0 < upstream < total
     assert _get(m, "semif_requests_in_flight", route=CHAT) == 0
     assert [_get(m, "semif_decisions_total", type=t) for t in ("choice", "noul", "score")] == [
-        4, 1, 0]
+        4,
+        1,
+        0,
+    ]
     # the decision-time histograms exist for decision routes only
-    routes = {dict(labels)["route"] for (name, labels) in m
-              if name == "semif_decision_upstream_seconds_count"}
+    routes = {
+        dict(labels)["route"]
+        for (name, labels) in m
+        if name == "semif_decision_upstream_seconds_count"
+    }
     assert routes == {CHAT, "/v1/systemone"}
     assert _get(m, "process_resident_memory_bytes") > 10e6 and _get(m, "process_open_fds") > 0
     assert _get(m, "semif_upstream_errors_total", kind="upstream_unavailable") == 0  # a series

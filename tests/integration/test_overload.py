@@ -16,8 +16,12 @@ from proxy.app import create_app
 from proxy.config import Settings
 from tests.standin import StandIn
 
-BODY = orjson.dumps({"messages": [{"role": "user", "content": "route it"}],
-                     "semif": {"options": ["billing", "shipping"]}})
+BODY = orjson.dumps(
+    {
+        "messages": [{"role": "user", "content": "route it"}],
+        "semif": {"options": ["billing", "shipping"]},
+    }
+)
 
 
 @pytest.fixture
@@ -31,12 +35,18 @@ async def test_a_burst_is_refused_before_any_read_rather_than_timed_out(standin,
     """16 decisions admitted at once; the upstream serves ``slots`` at a time (the proxy
     leases one slot per decision), so fewer fit in the deadline when it has fewer."""
     standin.total_slots = slots
-    settings = Settings(upstream_url=standin.url, max_active_decisions=16,
-                        max_queued_decisions=64, decision_deadline_s=4.0)
+    settings = Settings(
+        upstream_url=standin.url,
+        max_active_decisions=16,
+        max_queued_decisions=64,
+        decision_deadline_s=4.0,
+    )
     async with TestClient(TestServer(create_app(settings))) as client:
+
         async def decide() -> tuple[int, str | None]:
-            resp = await client.post("/v1/chat/completions", data=BODY,
-                                     headers={"Content-Type": "application/json"})
+            resp = await client.post(
+                "/v1/chat/completions", data=BODY, headers={"Content-Type": "application/json"}
+            )
             await resp.read()
             return resp.status, resp.headers.get("Retry-After")
 

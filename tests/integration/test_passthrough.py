@@ -24,7 +24,10 @@ def test_plain_request_gets_the_same_answer_as_llama_server(proxy_url, llama):
     direct = httpx.post(llama.url + "/v1/chat/completions", json=PLAIN, timeout=60)
     assert via_proxy.status_code == direct.status_code == 200
     assert _stable(via_proxy.json()) == _stable(direct.json())
-    assert via_proxy.json()["usage"]["completion_tokens"] == direct.json()["usage"]["completion_tokens"]
+    assert (
+        via_proxy.json()["usage"]["completion_tokens"]
+        == direct.json()["usage"]["completion_tokens"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -61,18 +64,22 @@ def test_openai_sdk_streams_plain_chat(proxy_url):
         stream = client.chat.completions.create(
             model="smollm2", messages=PLAIN["messages"], max_tokens=16, stream=True, temperature=0
         )
-        pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+        pieces = [
+            c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content
+        ]
     assert len(pieces) > 3
 
 
 def test_models_are_relayed_then_the_other_names_listed(proxy_url, llama):
     def models(url):  # "created" is llama-server's clock at the time of asking
-        return [{k: v for k, v in m.items() if k != "created"}
-                for m in httpx.get(url + "/v1/models").json()["data"]]
+        return [
+            {k: v for k, v in m.items() if k != "created"}
+            for m in httpx.get(url + "/v1/models").json()["data"]
+        ]
 
     direct, through = models(llama.url), models(proxy_url)
-    assert through[:len(direct)] == direct  # llama-server's entries first, unchanged
-    extra = through[len(direct):]
+    assert through[: len(direct)] == direct  # llama-server's entries first, unchanged
+    extra = through[len(direct) :]
     assert {m["id"] for m in extra} >= {"jev-latest", "gpt-6-luna"}
     assert all(m["object"] == "model" for m in extra)
 

@@ -14,8 +14,12 @@ from proxy.app import create_app
 from proxy.config import Settings
 from tests.standin import StandIn
 
-LINE = orjson.dumps({"messages": [{"role": "user", "content": "route it"}],
-                     "semif": {"options": ["billing", "shipping"]}})
+LINE = orjson.dumps(
+    {
+        "messages": [{"role": "user", "content": "route it"}],
+        "semif": {"options": ["billing", "shipping"]},
+    }
+)
 
 
 async def test_lines_past_the_payload_deadline_get_504_records_in_order():
@@ -26,8 +30,11 @@ async def test_lines_past_the_payload_deadline_get_504_records_in_order():
         async with TestClient(TestServer(create_app(settings))) as client:
             standin.mode, standin.delay_s = "slow", 0.5
             started = time.monotonic()
-            resp = await client.post("/invocations", data=b"\n".join([LINE] * 20),
-                                     headers={"Content-Type": "application/jsonlines"})
+            resp = await client.post(
+                "/invocations",
+                data=b"\n".join([LINE] * 20),
+                headers={"Content-Type": "application/jsonlines"},
+            )
             body = await resp.read()
             took = time.monotonic() - started
             metrics = await (await client.get("/metrics")).text()
@@ -38,7 +45,7 @@ async def test_lines_past_the_payload_deadline_get_504_records_in_order():
     late = [r["error"] for r in records if "error" in r]
     # two lines at a time, 0.5 s each, 1.9 s of the payload's 2 s: a few answered, in
     # front (the lines are taken in order), the rest refused without waiting for them
-    assert 2 <= len(answered) <= 8 and records[:len(answered)] == answered
+    assert 2 <= len(answered) <= 8 and records[: len(answered)] == answered
     assert all(e["status"] == 504 and e["code"] == "payload_deadline" for e in late)
     assert "PROXY_INVOCATIONS_TIMEOUT" in late[0]["message"]
     assert took < 2.0 + 1.0  # the answer came back before the payload's own deadline
@@ -52,8 +59,11 @@ async def test_the_body_limit_bounds_the_lines_not_a_count():
     20,000 short lines are answered line for line (here each an error record)."""
     with StandIn() as standin:
         async with TestClient(TestServer(create_app(Settings(upstream_url=standin.url)))) as c:
-            resp = await c.post("/invocations", data=b"\n".join([b"{}"] * 20_000),
-                                headers={"Content-Type": "application/jsonlines"})
+            resp = await c.post(
+                "/invocations",
+                data=b"\n".join([b"{}"] * 20_000),
+                headers={"Content-Type": "application/jsonlines"},
+            )
             records = [orjson.loads(line) for line in (await resp.read()).splitlines()]
     assert resp.status == 200 and len(records) == 20_000
     assert {r["error"]["code"] for r in records} == {"unknown_body_shape"}

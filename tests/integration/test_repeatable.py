@@ -17,18 +17,24 @@ import pytest
 from scripts.stack import stop
 from tests.conftest import launch_llama, launch_proxy
 
-WORDS = ("the parcel arrived late and the box was damaged so I want a refund for order "
-         "number 1182 which I paid twice with my card last week").split()
+WORDS = (
+    "the parcel arrived late and the box was damaged so I want a refund for order "
+    "number 1182 which I paid twice with my card last week"
+).split()
 STATE = " ".join(itertools.islice(itertools.cycle(WORDS), 300))  # about 340 tokens
-TEAM = {"type": "choice", "instructions": "Which team should handle this?",
-        "criteria": {"billing": None, "shipping": None, "technical": None}}
+TEAM = {
+    "type": "choice",
+    "instructions": "Which team should handle this?",
+    "criteria": {"billing": None, "shipping": None, "technical": None},
+}
 REFUND = {"type": "noul", "instructions": "Does the customer want money back?"}
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _ask(url: str, questions: dict, state: str = STATE) -> dict:
-    resp = httpx.post(url + "/v1/systemone", json={"state": state, "questions": questions},
-                      timeout=120)
+    resp = httpx.post(
+        url + "/v1/systemone", json={"state": state, "questions": questions}, timeout=120
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()["answers"]
 
@@ -49,7 +55,7 @@ def test_one_decision_reads_the_same_whatever_the_caches_hold(proxy_url, llama):
     _ask(proxy_url, {"o": REFUND}, state="An unrelated short message about a login problem.")
     seen["after an unrelated request"] = _probs(_ask(proxy_url, {"q": TEAM})["q"])
     for i in range(slots + 2):  # more other prompts than there are slots
-        _ask(proxy_url, {"o": REFUND}, state=f"Filler {i}: " + STATE[:300 + 41 * i])
+        _ask(proxy_url, {"o": REFUND}, state=f"Filler {i}: " + STATE[: 300 + 41 * i])
     seen["after filling every slot"] = _probs(_ask(proxy_url, {"q": TEAM})["q"])
     _ask(proxy_url, {"o": REFUND})  # the state now cached by another question
     seen["state cached by another question"] = _probs(_ask(proxy_url, {"q": TEAM})["q"])
@@ -59,10 +65,14 @@ def test_one_decision_reads_the_same_whatever_the_caches_hold(proxy_url, llama):
 
 
 def test_a_chat_decision_reads_the_same_cold_and_warm(proxy_url, llama):
-    body = {"messages": [{"role": "user", "content": STATE + " Fresh chat, unseen before."}],
-            "semif": {"options": ["billing", "shipping", "technical"]}}
-    reads = [httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=120).json()
-             for _ in range(2)]
+    body = {
+        "messages": [{"role": "user", "content": STATE + " Fresh chat, unseen before."}],
+        "semif": {"options": ["billing", "shipping", "technical"]},
+    }
+    reads = [
+        httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=120).json()
+        for _ in range(2)
+    ]
     first, second = (r["semif"]["probabilities"] for r in reads)
     assert reads[0]["usage"]["prompt_tokens"] > 300
     assert _moved(first, second) <= 1e-6
@@ -93,8 +103,9 @@ def fresh_stack(logs_dir):
 
 def test_a_labelled_set_sent_twice_on_a_fresh_stack_answers_identically(fresh_stack):
     items = _labelled(per_file=20)
-    passes = [[_ask(fresh_stack, item["questions"], item["state"]) for item in items]
-              for _ in range(2)]
+    passes = [
+        [_ask(fresh_stack, item["questions"], item["state"]) for item in items] for _ in range(2)
+    ]
     assert len(items) == 60
     # the answers, less the server's self-check status (absent until the check has run)
     for answers in (a for run in passes for a in run):

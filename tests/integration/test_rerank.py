@@ -11,16 +11,19 @@ import cohere
 import httpx
 import pytest
 
-DOCS = ["You can request a refund for duplicate charges from the Billing page.",
-        "Our warehouse ships orders Monday to Friday.",
-        "To reset your password, click 'Forgot password'.",
-        "If you were charged twice, contact billing and we reverse the charge."]
+DOCS = [
+    "You can request a refund for duplicate charges from the Billing page.",
+    "Our warehouse ships orders Monday to Friday.",
+    "To reset your password, click 'Forgot password'.",
+    "If you were charged twice, contact billing and we reverse the charge.",
+]
 QUERY = "How do I get a refund for a double charge?"
 
 
 def rerank(proxy_url: str, path: str = "/v1/rerank", **body):
-    return httpx.post(proxy_url + path, json={"query": QUERY, "documents": DOCS, **body},
-                      timeout=300)
+    return httpx.post(
+        proxy_url + path, json={"query": QUERY, "documents": DOCS, **body}, timeout=300
+    )
 
 
 def test_results_are_sorted_with_the_original_indices(proxy_url):
@@ -35,7 +38,8 @@ def test_results_are_sorted_with_the_original_indices(proxy_url):
     # the same request, the same scores (repeatable reads)
     again = rerank(proxy_url, top_n=3).json()["results"]
     assert [(r["index"], r["relevance_score"]) for r in again] == [
-        (r["index"], r["relevance_score"]) for r in body["results"]]
+        (r["index"], r["relevance_score"]) for r in body["results"]
+    ]
 
 
 @pytest.mark.parametrize("path", ["/rerank", "/reranking", "/v1/reranking"])
@@ -54,7 +58,8 @@ def test_cohere_clients_parse_the_answer(proxy_url):
     assert ranked.results[0].relevance_score >= ranked.results[1].relevance_score
     direct = rerank(proxy_url, top_n=2).json()["results"]
     assert [(r.index, r.relevance_score) for r in ranked.results] == [
-        (r["index"], r["relevance_score"]) for r in direct]
+        (r["index"], r["relevance_score"]) for r in direct
+    ]
     assert len(all_four.results) == 4
 
 
@@ -66,14 +71,17 @@ def test_listwise_scores_sum_to_one(proxy_url):
     assert sorted(r["index"] for r in body["results"]) == list(range(len(DOCS)))
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"query": "", "documents": DOCS}, "query"),
-    ({"query": QUERY, "documents": []}, "documents"),
-    ({"query": QUERY, "documents": ["a", 1]}, "documents.1"),
-    ({"query": QUERY, "documents": DOCS, "top_n": 0}, "top_n"),
-    ({"query": QUERY, "documents": DOCS, "x_method": "pairwise"}, "x_method"),
-    ({"query": QUERY, "documents": ["x"] * 257}, "documents"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"query": "", "documents": DOCS}, "query"),
+        ({"query": QUERY, "documents": []}, "documents"),
+        ({"query": QUERY, "documents": ["a", 1]}, "documents.1"),
+        ({"query": QUERY, "documents": DOCS, "top_n": 0}, "top_n"),
+        ({"query": QUERY, "documents": DOCS, "x_method": "pairwise"}, "x_method"),
+        ({"query": QUERY, "documents": ["x"] * 257}, "documents"),
+    ],
+)
 def test_bad_input_is_a_400_naming_the_field(proxy_url, body, param):
     resp = httpx.post(proxy_url + "/v1/rerank", json=body, timeout=30)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == param
@@ -81,8 +89,11 @@ def test_bad_input_is_a_400_naming_the_field(proxy_url, body, param):
 
 def test_a_listwise_request_over_the_context_says_what_it_needed(proxy_url):
     long = ["word " * 1500] * 8  # ~12,000 tokens; a slot holds 8192 (-c 32768 -np 4)
-    resp = httpx.post(proxy_url + "/v1/rerank", timeout=120, json={
-        "query": "q", "documents": long, "x_method": "listwise"})
+    resp = httpx.post(
+        proxy_url + "/v1/rerank",
+        timeout=120,
+        json={"query": "q", "documents": long, "x_method": "listwise"},
+    )
     error = resp.json()["error"]
     assert resp.status_code == 400 and error["code"] == "context_length_exceeded"
     assert "a llama-server slot holds 8192" in error["message"]
@@ -92,10 +103,12 @@ def test_twenty_documents_evaluate_the_query_once(proxy_url):
     # a query no earlier request sent, long enough to see: its tokens are computed once
     query = f"Case {uuid.uuid4().hex}: " + "my order was charged twice and never shipped. " * 12
     docs = [f"Answer {i}: contact billing about double charges." for i in range(20)]
-    body = httpx.post(proxy_url + "/v1/rerank", json={"query": query, "documents": docs},
-                      timeout=300).json()
-    query_tokens = len(httpx.post(proxy_url + "/tokenize", json={"content": query}).json()[
-        "tokens"])
+    body = httpx.post(
+        proxy_url + "/v1/rerank", json={"query": query, "documents": docs}, timeout=300
+    ).json()
+    query_tokens = len(
+        httpx.post(proxy_url + "/tokenize", json={"content": query}).json()["tokens"]
+    )
     prompt, evaluated = body["usage"]["prompt_tokens"], body["x_evaluated_tokens"]
     # every document's prompt holds the query; llama-server computed it for the first only
     assert evaluated <= prompt - 19 * query_tokens
@@ -103,7 +116,8 @@ def test_twenty_documents_evaluate_the_query_once(proxy_url):
 
 
 def test_a_profile_fitted_on_rerank_data_keeps_the_order_and_changes_the_scores(
-        llama, logs_dir, tmp_path):
+    llama, logs_dir, tmp_path
+):
     import json
     from pathlib import Path
 
@@ -114,8 +128,22 @@ def test_a_profile_fitted_on_rerank_data_keeps_the_order_and_changes_the_scores(
     proc, url, log = launch_proxy(logs_dir, llama.url, "--calibration-dir", str(tmp_path))
     try:
         data = Path(__file__).parents[1] / "data" / "rerank" / "support.jsonl"
-        assert main([str(data), "--profile", "rr", "--url", url, "--out-dir", str(tmp_path),
-                     "--limit", "10"]) == 0
+        assert (
+            main(
+                [
+                    str(data),
+                    "--profile",
+                    "rr",
+                    "--url",
+                    url,
+                    "--out-dir",
+                    str(tmp_path),
+                    "--limit",
+                    "10",
+                ]
+            )
+            == 0
+        )
         profile = json.loads((tmp_path / "rr.json").read_text())
         figures = profile["metrics"]["rerank"]
         assert (figures["n_fit_queries"], figures["n_test_queries"]) == (7, 3)

@@ -15,10 +15,14 @@ import pytest
 from scripts.stack import file_tail, stop, wait_ready
 from tests.conftest import binaries, free_port, launch_proxy
 
-CHAT = {"messages": [{"role": "user", "content": "Ticket: I was charged twice."}],
-        "semif": {"options": ["billing", "shipping"]}}
-S1 = {"state": "I was charged twice.", "questions": {"topic": {
-    "type": "choice", "criteria": {"billing": None, "shipping": None}}}}
+CHAT = {
+    "messages": [{"role": "user", "content": "Ticket: I was charged twice."}],
+    "semif": {"options": ["billing", "shipping"]},
+}
+S1 = {
+    "state": "I was charged twice.",
+    "questions": {"topic": {"type": "choice", "criteria": {"billing": None, "shipping": None}}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -28,17 +32,35 @@ def router(logs_dir, tmp_path_factory):
     preset.write_text(
         "version = 1\n\n[*]\nc = 4096\nnp = 2\n\n"
         f"[smollm2]\nmodel = {model}\n\n"
-        f"[smollm2-llama3]\nmodel = {model}\nchat-template = llama3\njinja = false\n")
+        f"[smollm2-llama3]\nmodel = {model}\nchat-template = llama3\njinja = false\n"
+    )
     port = free_port()
     log = open(logs_dir / f"router-{port}.log", "ab")
     env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
-    proc = subprocess.Popen([str(binary), "--models-preset", str(preset), "--models-max", "2",
-                             "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(binary),
+            "--models-preset",
+            str(preset),
+            "--models-max",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        wait_ready(f"http://127.0.0.1:{port}/health", proc,
-                   why=lambda rc: f"the router exited with {rc}: {file_tail(log.name)}")
+        wait_ready(
+            f"http://127.0.0.1:{port}/health",
+            proc,
+            why=lambda rc: f"the router exited with {rc}: {file_tail(log.name)}",
+        )
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
@@ -78,14 +100,20 @@ def test_each_model_answers_decisions_under_its_own_name(proxy, router):
         assert again.json()["semif"]["probabilities"] == body["semif"]["probabilities"]
         answers[model] = body
     # each was read through its own template: the prompts differ in length
-    assert (answers["smollm2"]["usage"]["prompt_tokens"]
-            != answers["smollm2-llama3"]["usage"]["prompt_tokens"])
+    assert (
+        answers["smollm2"]["usage"]["prompt_tokens"]
+        != answers["smollm2-llama3"]["usage"]["prompt_tokens"]
+    )
     # and in what the models say (the same weights, different prompts)
-    assert (answers["smollm2"]["semif"]["probabilities"]
-            != answers["smollm2-llama3"]["semif"]["probabilities"])
+    assert (
+        answers["smollm2"]["semif"]["probabilities"]
+        != answers["smollm2-llama3"]["semif"]["probabilities"]
+    )
     # both children are running: the router loaded each when its name was asked for
-    status = {m["id"]: m["status"]["value"]
-              for m in httpx.get(router + "/v1/models", timeout=30).json()["data"]}
+    status = {
+        m["id"]: m["status"]["value"]
+        for m in httpx.get(router + "/v1/models", timeout=30).json()["data"]
+    }
     assert status == {"smollm2": "loaded", "smollm2-llama3": "loaded"}
 
 
@@ -96,8 +124,7 @@ def test_default_names_and_no_name_go_to_the_first_model(proxy):
     named = httpx.post(proxy + "/v1/systemone", json={**S1, "model": "smollm2"}, timeout=120)
     assert s1.status_code == named.status_code == 200, s1.text
     assert s1.json()["answers"] == named.json()["answers"]
-    other = httpx.post(proxy + "/v1/systemone", json={**S1, "model": "smollm2-llama3"},
-                       timeout=120)
+    other = httpx.post(proxy + "/v1/systemone", json={**S1, "model": "smollm2-llama3"}, timeout=120)
     assert other.status_code == 200 and other.json()["answers"] != named.json()["answers"]
 
 
@@ -111,7 +138,13 @@ def test_an_unknown_model_is_refused_naming_the_served_ones(proxy):
 
 
 def test_generations_are_relayed_to_the_model_they_name(proxy):
-    resp = httpx.post(proxy + "/v1/chat/completions", timeout=120, json={
-        "model": "smollm2-llama3", "max_tokens": 2,
-        "messages": [{"role": "user", "content": "hi"}]})
+    resp = httpx.post(
+        proxy + "/v1/chat/completions",
+        timeout=120,
+        json={
+            "model": "smollm2-llama3",
+            "max_tokens": 2,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
     assert resp.status_code == 200 and resp.json()["model"] == "smollm2-llama3"

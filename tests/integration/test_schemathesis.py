@@ -52,8 +52,12 @@ MODEL = "jev-latest"  # the System One alias every served model answers to
 MAX_GENERATED = 16  # tokens a relayed generation may produce here (--relay-max-tokens)
 MAX_LIST = 4  # options, levels, questions per generated positive body
 UPSTREAM_STATUSES = {502, 503, 504}
-CHECKS = [status_code_conformance, content_type_conformance, response_headers_conformance,
-          response_schema_conformance]
+CHECKS = [
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
 
 # (method, path, mode, examples): about 40 s on 2 cores with the default model. Refusals
 # take milliseconds, so negative cases are many; positive ones each read the model.
@@ -77,10 +81,18 @@ PLAN = [
     ("GET", "/metrics", POSITIVE, 2),
     ("GET", "/openapi.json", POSITIVE, 2),
 ]
-FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=False,
-                phases=[Phase.explicit, Phase.generate],
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.filter_too_much])
+FUZZ = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=False,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 
 
 def _bounded(doc: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +102,12 @@ def _bounded(doc: dict[str, Any]) -> dict[str, Any]:
     within it, or one up to twice it (refused)."""
     doc = copy.deepcopy(doc)
     schemas = doc["components"]["schemas"]
-    bodies = [media["schema"] for ops in doc["paths"].values() for op in ops.values()
-              for media in op.get("requestBody", {}).get("content", {}).values()]
+    bodies = [
+        media["schema"]
+        for ops in doc["paths"].values()
+        for op in ops.values()
+        for media in op.get("requestBody", {}).get("content", {}).values()
+    ]
     for schema in bodies + [schemas[name] for name in _referenced(bodies, schemas)]:
         _small(schema)
     schemas["SystemOneRequest"]["properties"]["model"] = {"enum": [MODEL, None]}
@@ -123,8 +139,18 @@ def _referenced(roots: list[Any], schemas: dict[str, Any]) -> set[str]:
 _SCALAR = {"type": ["string", "number", "boolean", "null"], "maxLength": 40}
 # a schema with none of these is free-form (any value); "required" and "properties"
 # alone constrain an object (Message's anyOf branches), so they are not free-form
-_COMBINED = ("$ref", "oneOf", "anyOf", "allOf", "not", "const", "enum", "type", "required",
-             "properties")
+_COMBINED = (
+    "$ref",
+    "oneOf",
+    "anyOf",
+    "allOf",
+    "not",
+    "const",
+    "enum",
+    "type",
+    "required",
+    "properties",
+)
 
 
 def _small(schema: dict[str, Any]) -> None:
@@ -166,7 +192,8 @@ def _relayed(case: schemathesis.Case) -> bool:
     if not isinstance(body, dict) or body.get("semif") is not None:
         return False
     return case.path == "/v1/chat/completions" or (
-        case.path == "/invocations" and "messages" in body)
+        case.path == "/invocations" and "messages" in body
+    )
 
 
 def _semif(case: schemathesis.Case) -> dict[str, Any]:
@@ -193,16 +220,22 @@ def document(proxy_url: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def schemas(document: dict[str, Any]) -> dict[GenerationMode, schemathesis.BaseSchema]:
-    return {POSITIVE: schemathesis.openapi.from_dict(_bounded(document)),
-            NEGATIVE: schemathesis.openapi.from_dict(document)}
+    return {
+        POSITIVE: schemathesis.openapi.from_dict(_bounded(document)),
+        NEGATIVE: schemathesis.openapi.from_dict(document),
+    }
 
 
 def test_document_is_openapi_3_1() -> None:
     doc = openapi_document()
     jsonschema.Draft202012Validator(OPENAPI_31).validate(doc)
-    media = [m["schema"] for ops in doc["paths"].values() for op in ops.values()
-             for part in [op.get("requestBody", {}), *op["responses"].values()]
-             for m in part.get("content", {}).values()]
+    media = [
+        m["schema"]
+        for ops in doc["paths"].values()
+        for op in ops.values()
+        for part in [op.get("requestBody", {}), *op["responses"].values()]
+        for m in part.get("content", {}).values()
+    ]
     schemas = doc["components"]["schemas"]
     for schema in [*schemas.values(), *media]:
         jsonschema.Draft202012Validator.check_schema(schema)
@@ -222,11 +255,13 @@ def test_document_names_every_route(document: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "mode", "examples"), PLAN,
+    ("method", "path", "mode", "examples"),
+    PLAN,
     ids=[f"{m} {p} {mode.value}" for m, p, mode, _ in PLAN],
 )
-def test_fuzz(schemas, proxy_url: str, method: str, path: str, mode: GenerationMode,
-              examples: int) -> None:
+def test_fuzz(
+    schemas, proxy_url: str, method: str, path: str, mode: GenerationMode, examples: int
+) -> None:
     strategy = schemas[mode][path][method].as_strategy(generation_mode=mode)
 
     @settings(FUZZ, max_examples=examples)
@@ -252,27 +287,62 @@ MESSAGES = [{"role": "user", "content": "Ticket: where is my parcel?"}]
 SEMIF = {"options": ["billing", "shipping"]}
 # Answers fuzzing reaches seldom or never, held to the same document.
 EXPLICIT = {
-    "semif-stream": ("/v1/chat/completions",
-                     {"messages": MESSAGES, "semif": SEMIF, "stream": True}),
-    "relay-stream": ("/v1/chat/completions",
-                     {"messages": MESSAGES, "max_tokens": 4, "stream": True}),
+    "semif-stream": (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "semif": SEMIF, "stream": True},
+    ),
+    "relay-stream": (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 4, "stream": True},
+    ),
     "noul": ("/v1/chat/completions", {"messages": MESSAGES, "semif": {"type": "noul"}}),
-    "score": ("/v1/chat/completions", {"messages": MESSAGES, "semif": {
-        "type": "score", "options": ["low", "medium", "high"], "temperature": 0.5}}),
-    "12-options": ("/v1/chat/completions", {"messages": MESSAGES, "semif": {
-        "options": {f"team {i}": f"handles case {i}" for i in range(12)}}}),
-    "s1-over-context": ("/v1/systemone", {"state": "word " * 40_000,
-                                          "questions": {"q": {"type": "noul"}}}),
-    "s1-object-state": ("/v1/systemone", {"state": {"ticket": "late"}, "questions": {
-        "route": {"type": "choice", "criteria": ["billing", "shipping"]},
-        "urgency": {"type": "score", "criteria": ["low", {"level": "high"}]}}}),
-    "invocations-decisions": ("/invocations", {"model": MODEL, "input": "parcel", "questions": [
-        {"type": "predicate", "instructions": "Is it about shipping?"},
-        {"type": "choice", "instructions": "Which team?",
-         "choices": [{"value": "billing"}, {"value": True}]},
-    ]}),
-    "completions-stream": ("/v1/completions", {"prompt": "Once upon", "max_tokens": 4,
-                                               "stream": True}),
+    "score": (
+        "/v1/chat/completions",
+        {
+            "messages": MESSAGES,
+            "semif": {"type": "score", "options": ["low", "medium", "high"], "temperature": 0.5},
+        },
+    ),
+    "12-options": (
+        "/v1/chat/completions",
+        {
+            "messages": MESSAGES,
+            "semif": {"options": {f"team {i}": f"handles case {i}" for i in range(12)}},
+        },
+    ),
+    "s1-over-context": (
+        "/v1/systemone",
+        {"state": "word " * 40_000, "questions": {"q": {"type": "noul"}}},
+    ),
+    "s1-object-state": (
+        "/v1/systemone",
+        {
+            "state": {"ticket": "late"},
+            "questions": {
+                "route": {"type": "choice", "criteria": ["billing", "shipping"]},
+                "urgency": {"type": "score", "criteria": ["low", {"level": "high"}]},
+            },
+        },
+    ),
+    "invocations-decisions": (
+        "/invocations",
+        {
+            "model": MODEL,
+            "input": "parcel",
+            "questions": [
+                {"type": "predicate", "instructions": "Is it about shipping?"},
+                {
+                    "type": "choice",
+                    "instructions": "Which team?",
+                    "choices": [{"value": "billing"}, {"value": True}],
+                },
+            ],
+        },
+    ),
+    "completions-stream": (
+        "/v1/completions",
+        {"prompt": "Once upon", "max_tokens": 4, "stream": True},
+    ),
 }
 
 
@@ -290,26 +360,52 @@ TOOL_CALLS = [{"role": "user", "content": "x", "tool_calls": 5}]
 
 
 REFUSALS = {
-    "F2-image": ("/v1/chat/completions", {"messages": IMAGE, "semif": SEMIF}, {400},
-                 "messages.0.content.0"),
-    "F2-no-text": ("/v1/chat/completions", {"messages": NO_TEXT, "semif": SEMIF}, {400},
-                   "messages.0.content.0"),
-    "F2-tool-calls": ("/v1/chat/completions", {"messages": TOOL_CALLS, "semif": SEMIF}, {400},
-                      "messages.0.tool_calls"),
-    "F2-invocations": ("/invocations", {"messages": IMAGE, "semif": SEMIF}, {400},
-                       "messages.0.content.0"),
-    "F3": ("/v1/chat/completions", {"messages": MESSAGES, "semif": {**SEMIF, "temperature": 5e-324}},
-           {200}, None),
+    "F2-image": (
+        "/v1/chat/completions",
+        {"messages": IMAGE, "semif": SEMIF},
+        {400},
+        "messages.0.content.0",
+    ),
+    "F2-no-text": (
+        "/v1/chat/completions",
+        {"messages": NO_TEXT, "semif": SEMIF},
+        {400},
+        "messages.0.content.0",
+    ),
+    "F2-tool-calls": (
+        "/v1/chat/completions",
+        {"messages": TOOL_CALLS, "semif": SEMIF},
+        {400},
+        "messages.0.tool_calls",
+    ),
+    "F2-invocations": (
+        "/invocations",
+        {"messages": IMAGE, "semif": SEMIF},
+        {400},
+        "messages.0.content.0",
+    ),
+    "F3": (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "semif": {**SEMIF, "temperature": 5e-324}},
+        {200},
+        None,
+    ),
     "F5-n": ("/v1/chat/completions", {"messages": MESSAGES, "semif": SEMIF, "n": True}, {400}, "n"),
-    "F5-tools": ("/v1/chat/completions", {"messages": MESSAGES, "semif": SEMIF, "tools": {}}, {400},
-                 "tools"),
+    "F5-tools": (
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "semif": SEMIF, "tools": {}},
+        {400},
+        "tools",
+    ),
 }
 
 
-@pytest.mark.parametrize(("path", "body", "expected", "param"), REFUSALS.values(),
-                         ids=REFUSALS.keys())
-def test_refusal(proxy_url: str, path: str, body: dict[str, Any], expected: set[int],
-                 param: str | None) -> None:
+@pytest.mark.parametrize(
+    ("path", "body", "expected", "param"), REFUSALS.values(), ids=REFUSALS.keys()
+)
+def test_refusal(
+    proxy_url: str, path: str, body: dict[str, Any], expected: set[int], param: str | None
+) -> None:
     """Bad input gets a documented 4xx naming the field; valid input an answer."""
     resp = httpx.post(proxy_url + path, json=body, timeout=60)
     assert resp.status_code in expected, resp.text

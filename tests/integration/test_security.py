@@ -47,7 +47,11 @@ def test_the_upstream_key_never_leaks(keyed):
         (url, "/v1/chat/completions", {"messages": messages, "semif": {"options": ["a"]}}),
         (url, "/v1/chat/completions", {"messages": "bad"}),
         (url, "/v1/systemone", {"state": SECRET_TEXT, "questions": {"q": {"type": "noul"}}}),
-        (keyless_url, "/v1/chat/completions", {"messages": messages, "semif": {"options": ["a", "b"]}}),
+        (
+            keyless_url,
+            "/v1/chat/completions",
+            {"messages": messages, "semif": {"options": ["a", "b"]}},
+        ),
         (keyless_url, "/v1/chat/completions", {"messages": messages, "max_tokens": 3}),
     ]
     statuses = []
@@ -57,7 +61,9 @@ def test_the_upstream_key_never_leaks(keyed):
         seen.append(resp.text + str(resp.headers))
     assert statuses[:2] == [200, 200] and statuses[4] == 200
     assert statuses[5] == 502  # llama-server refused the keyless proxy: our fault, not the client's
-    seen += [httpx.get(base + p).text for base in (url, keyless_url) for p in ("/metrics", "/v1/models")]
+    seen += [
+        httpx.get(base + p).text for base in (url, keyless_url) for p in ("/metrics", "/v1/models")
+    ]
     for text in seen:
         assert UPSTREAM_KEY not in text
     for name in log_files:
@@ -73,12 +79,18 @@ def test_only_the_configured_upstream_is_called(logs_dir):
         try:
             host, port = url.removeprefix("http://").split(":")
             other = elsewhere.url.removeprefix("http://")
-            targets = [f"http://{other}/v1/models", f"//{other}/v1/models",
-                       "/v1/models?url=" + elsewhere.url, "/v1/../v1/models"]
+            targets = [
+                f"http://{other}/v1/models",
+                f"//{other}/v1/models",
+                "/v1/models?url=" + elsewhere.url,
+                "/v1/../v1/models",
+            ]
             for target in targets:
                 with socket.create_connection((host, int(port))) as sock:
-                    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {other}\r\n"
-                                 f"X-Forwarded-Host: {other}\r\nConnection: close\r\n\r\n".encode())
+                    sock.sendall(
+                        f"GET {target} HTTP/1.1\r\nHost: {other}\r\n"
+                        f"X-Forwarded-Host: {other}\r\nConnection: close\r\n\r\n".encode()
+                    )
                     reply = sock.recv(65536)
                 assert reply.startswith(b"HTTP/1.1 ")
             assert elsewhere.hits == 0

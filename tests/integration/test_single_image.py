@@ -48,7 +48,7 @@ def status(url: str) -> int | None:
 def until(check, timeout_s: float, what: str, log: Path):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if (value := check()):
+        if value := check():
             return value
         time.sleep(0.2)
     raise AssertionError(f"{what} within {timeout_s} s; log:\n{log.read_text()[-3000:]}")
@@ -58,27 +58,37 @@ def until(check, timeout_s: float, what: str, log: Path):
 def single(tmp_path):
     binary, model = binaries()
     proxy_port, llama_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PROXY_", "UPSTREAM_", "LLAMA_ARG_", "SAGEMAKER_"))}
-    env.update({
-        # what SageMaker sets: the port to serve on, and the range for extra ports
-        "SAGEMAKER_BIND_TO_PORT": str(proxy_port),
-        "SAGEMAKER_SAFE_PORT_RANGE": f"{llama_port}-{llama_port}",
-        # the image's paths, here
-        "SUPERVISORD": str(Path(sys.executable).with_name("supervisord")),
-        "SEMIF_SUPERVISOR_CONF": str(ROOT / "docker" / "supervisord.conf"),
-        "SEMIF_LLAMA_ENTRYPOINT": str(ROOT / "docker" / "llama-entrypoint.sh"),
-        "SEMIF_PROXY_ENTRYPOINT": str(ROOT / "docker" / "proxy-entrypoint.sh"),
-        "SEMIF_RUN_DIR": str(tmp_path),
-        "LLAMA_SERVER_BIN": str(binary),
-        "LLAMA_MODEL_DIR": str(model.parent),
-        "PROXY_PYTHON": sys.executable,
-        "PROXY_HOST": "127.0.0.1",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PROXY_", "UPSTREAM_", "LLAMA_ARG_", "SAGEMAKER_"))
+    }
+    env.update(
+        {
+            # what SageMaker sets: the port to serve on, and the range for extra ports
+            "SAGEMAKER_BIND_TO_PORT": str(proxy_port),
+            "SAGEMAKER_SAFE_PORT_RANGE": f"{llama_port}-{llama_port}",
+            # the image's paths, here
+            "SUPERVISORD": str(Path(sys.executable).with_name("supervisord")),
+            "SEMIF_SUPERVISOR_CONF": str(ROOT / "docker" / "supervisord.conf"),
+            "SEMIF_LLAMA_ENTRYPOINT": str(ROOT / "docker" / "llama-entrypoint.sh"),
+            "SEMIF_PROXY_ENTRYPOINT": str(ROOT / "docker" / "proxy-entrypoint.sh"),
+            "SEMIF_RUN_DIR": str(tmp_path),
+            "LLAMA_SERVER_BIN": str(binary),
+            "LLAMA_MODEL_DIR": str(model.parent),
+            "PROXY_PYTHON": sys.executable,
+            "PROXY_HOST": "127.0.0.1",
+        }
+    )
     log = tmp_path / "container.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen([str(ROOT / "docker" / "single-entrypoint.sh"), "serve"],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(ROOT / "docker" / "single-entrypoint.sh"), "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{proxy_port}"
     try:
         until(lambda: status(url + "/ping") == 200, 120, "/ping answered 200", log)
@@ -103,8 +113,12 @@ def test_both_processes_serve_sagemakers_contract_on_its_ports(single):
     assert httpx.get(llama_url + "/health").status_code == 200
     answer = httpx.post(url + "/invocations", json=S1, timeout=120)
     assert answer.status_code == 200 and 0 <= answer.json()["answers"]["late"]["noul"] <= 1
-    lines = httpx.post(url + "/invocations", content=b'{"state": "x", "questions": {}}\n{bad\n',
-                       headers={"Content-Type": "application/jsonlines"}, timeout=120)
+    lines = httpx.post(
+        url + "/invocations",
+        content=b'{"state": "x", "questions": {}}\n{bad\n',
+        headers={"Content-Type": "application/jsonlines"},
+        timeout=120,
+    )
     assert lines.status_code == 200 and len(lines.text.splitlines()) == 2
     assert set(children(proc.pid)) == {"llama", "proxy"}
 

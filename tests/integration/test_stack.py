@@ -26,11 +26,21 @@ def _alive(pid: int) -> bool:
 def test_run_starts_both_and_ctrl_c_stops_both(tmp_path):
     binary, model = binaries()
     proxy_port, llama_port = free_port(), free_port()
-    env = {**os.environ, "PROXY_PORT": str(proxy_port), "LLAMA_PORT": str(llama_port),
-           "LLAMA_SERVER": str(binary), "MODEL": str(model)}
+    env = {
+        **os.environ,
+        "PROXY_PORT": str(proxy_port),
+        "LLAMA_PORT": str(llama_port),
+        "LLAMA_SERVER": str(binary),
+        "MODEL": str(model),
+    }
     log = open(tmp_path / "run.log", "wb")
-    run = subprocess.Popen([sys.executable, "scripts/stack.py"], cwd=ROOT, env=env,
-                           stdout=log, stderr=subprocess.STDOUT)
+    run = subprocess.Popen(
+        [sys.executable, "scripts/stack.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -41,8 +51,14 @@ def test_run_starts_both_and_ctrl_c_stops_both(tmp_path):
                 pass
             assert run.poll() is None, (tmp_path / "run.log").read_text()
             time.sleep(0.3)
-        answer = httpx.post(f"http://127.0.0.1:{proxy_port}/v1/chat/completions", timeout=60, json={
-            "messages": [{"role": "user", "content": "hi"}], "semif": {"options": ["a", "b"]}})
+        answer = httpx.post(
+            f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
+            timeout=60,
+            json={
+                "messages": [{"role": "user", "content": "hi"}],
+                "semif": {"options": ["a", "b"]},
+            },
+        )
         assert answer.status_code == 200
         children = subprocess.run(["pgrep", "-P", str(run.pid)], capture_output=True, text=True)
         pids = [int(p) for p in children.stdout.split()]
@@ -65,11 +81,22 @@ def _running(tmp_path, **env_extra):
     out if the test left it running."""
     binary, model = binaries()
     proxy_port, llama_port = free_port(), free_port()
-    env = {**os.environ, "PROXY_PORT": str(proxy_port), "LLAMA_PORT": str(llama_port),
-           "LLAMA_SERVER": str(binary), "MODEL": str(model), **env_extra}
+    env = {
+        **os.environ,
+        "PROXY_PORT": str(proxy_port),
+        "LLAMA_PORT": str(llama_port),
+        "LLAMA_SERVER": str(binary),
+        "MODEL": str(model),
+        **env_extra,
+    }
     with open(tmp_path / "run.log", "wb") as log:
-        run = subprocess.Popen([sys.executable, "scripts/stack.py"], cwd=ROOT, env=env,
-                               stdout=log, stderr=subprocess.STDOUT)
+        run = subprocess.Popen(
+            [sys.executable, "scripts/stack.py"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             yield run, f"http://127.0.0.1:{proxy_port}", llama_port
         finally:
@@ -91,11 +118,12 @@ def _llama_pid(run_pid: int, llama_port: int) -> int:
 
 
 def test_a_killed_llama_server_gives_503_then_answers_again_by_itself(tmp_path):
-    decision = {"messages": [{"role": "user", "content": "hi"}],
-                "semif": {"options": ["a", "b"]}}
+    decision = {"messages": [{"role": "user", "content": "hi"}], "semif": {"options": ["a", "b"]}}
     with _running(tmp_path) as (run, url, llama_port):
         _wait_healthy(url, run, tmp_path)
-        assert httpx.post(url + "/v1/chat/completions", json=decision, timeout=60).status_code == 200
+        assert (
+            httpx.post(url + "/v1/chat/completions", json=decision, timeout=60).status_code == 200
+        )
         os.kill(_llama_pid(run.pid, llama_port), signal.SIGKILL)
         killed = time.monotonic()
         statuses = []

@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_standin_serves_the_slots_and_reads_it_is_started_with():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.standin", str(port), "--tokens",
-                             "--slots", "8"], cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.standin", str(port), "--tokens", "--slots", "8"], cwd=ROOT
+    )
     try:
         wait_ready(url + "/health", proc, timeout_s=30)
         assert httpx.get(url + "/props").json() == {"total_slots": 8}
@@ -56,7 +57,12 @@ def test_standin_on_a_port_in_use_exits_with_the_reason():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "tests.standin", str(port)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.standin", str(port)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     assert done.returncode != 0
     assert f"the stand-in did not start on http://127.0.0.1:{port}" in done.stderr

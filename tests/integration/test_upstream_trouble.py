@@ -29,7 +29,10 @@ def test_stopped_llama_gives_503_then_recovers_without_restarting_the_proxy(own_
     proc, server, _ = started[0]
     proxy_proc, proxy_url, proxy_log = launch_proxy(logs_dir, server.url)
     try:
-        assert httpx.post(proxy_url + "/v1/chat/completions", json=DECISION, timeout=60).status_code == 200
+        assert (
+            httpx.post(proxy_url + "/v1/chat/completions", json=DECISION, timeout=60).status_code
+            == 200
+        )
         stop(proc)
         for body in (DECISION, {"messages": DECISION["messages"], "max_tokens": 4}):
             down = httpx.post(proxy_url + "/v1/chat/completions", json=body, timeout=30)
@@ -49,8 +52,13 @@ def test_stopped_llama_gives_503_then_recovers_without_restarting_the_proxy(own_
 
 
 async def test_client_disconnect_cancels_the_upstream_generation(proxy_url, llama):
-    body = {"messages": [{"role": "user", "content": "Tell a very long story."}],
-            "max_tokens": 2000, "stream": True, "temperature": 0, "ignore_eos": True}
+    body = {
+        "messages": [{"role": "user", "content": "Tell a very long story."}],
+        "max_tokens": 2000,
+        "stream": True,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
     async with aiohttp.ClientSession() as session:
         async with session.post(proxy_url + "/v1/chat/completions", json=body) as resp:
             assert resp.status == 200

@@ -17,8 +17,10 @@ import pytest
 from scripts.stack import stop
 from tests.conftest import launch_proxy, rss_kb
 
-DECISION = {"messages": [{"role": "user", "content": "I was charged twice for my order."}],
-            "semif": {"options": ["billing", "shipping", "technical"]}}
+DECISION = {
+    "messages": [{"role": "user", "content": "I was charged twice for my order."}],
+    "semif": {"options": ["billing", "shipping", "technical"]},
+}
 PLAIN = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2, "temperature": 0}
 
 
@@ -103,8 +105,11 @@ def test_decisions_keep_the_connection(client):
 
 def test_pipelined_requests_are_answered_in_order(client):
     other = {**DECISION, "semif": {"options": ["yes", "no"]}}
-    client.send(post("/v1/chat/completions", DECISION) + post("/v1/chat/completions", other)
-                + post("/v1/chat/completions", DECISION))
+    client.send(
+        post("/v1/chat/completions", DECISION)
+        + post("/v1/chat/completions", other)
+        + post("/v1/chat/completions", DECISION)
+    )
     first, second, third = (client.answer() for _ in range(3))
     assert set(probabilities(first[2])) == {"billing", "shipping", "technical"}
     assert set(probabilities(second[2])) == {"yes", "no"}
@@ -114,7 +119,7 @@ def test_pipelined_requests_are_answered_in_order(client):
 def test_a_request_arriving_in_pieces_is_answered_once(client):
     data = post("/v1/chat/completions", DECISION)
     for i in range(0, len(data), 7):
-        client.send(data[i:i + 7])
+        client.send(data[i : i + 7])
         time.sleep(0.002)
     status, _, body = client.answer()
     assert status == 200 and set(probabilities(body)) == {"billing", "shipping", "technical"}
@@ -129,18 +134,24 @@ def test_pass_through_and_decisions_share_a_connection(client):
     # the same decision before and after a relayed generation has the same shape
     # (not the same digits: llama-server's numerics vary with slot and batch)
     assert after[0] == 200
-    assert {k: sorted(v) if isinstance(v, dict) else type(v)
-            for k, v in orjson.loads(after[2]).items()} == \
-        {k: sorted(v) if isinstance(v, dict) else type(v)
-         for k, v in orjson.loads(decided[2]).items()}
+    assert {
+        k: sorted(v) if isinstance(v, dict) else type(v) for k, v in orjson.loads(after[2]).items()
+    } == {
+        k: sorted(v) if isinstance(v, dict) else type(v)
+        for k, v in orjson.loads(decided[2]).items()
+    }
 
 
-@pytest.mark.parametrize("request_bytes", [
-    post("/v1/chat/completions", DECISION, version="HTTP/1.0"),
-    post("/v1/chat/completions", DECISION, "Connection: upgrade", "Upgrade: foo"),
-    post("/v1/chat/completions?x=1", DECISION),
-    post("/v1/chat/completions", DECISION, "X-Long: " + "a" * 4500, "X-Longer: " + "b" * 4500),
-], ids=["http1.0", "upgrade", "query", "long-head"])
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        post("/v1/chat/completions", DECISION, version="HTTP/1.0"),
+        post("/v1/chat/completions", DECISION, "Connection: upgrade", "Upgrade: foo"),
+        post("/v1/chat/completions?x=1", DECISION),
+        post("/v1/chat/completions", DECISION, "X-Long: " + "a" * 4500, "X-Longer: " + "b" * 4500),
+    ],
+    ids=["http1.0", "upgrade", "query", "long-head"],
+)
 def test_unusual_requests_are_answered(client, request_bytes):
     client.send(request_bytes)
     status, headers, body = client.answer()
@@ -150,8 +161,9 @@ def test_unusual_requests_are_answered(client, request_bytes):
 def test_chunked_request_body_is_answered(client):
     data = orjson.dumps(DECISION)
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-    chunks = b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + 40]), data[i:i + 40])
-                      for i in range(0, len(data), 40))
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(data[i : i + 40]), data[i : i + 40]) for i in range(0, len(data), 40)
+    )
     client.send(head + chunks + b"0\r\n\r\n")
     status, headers, body = client.answer()
     assert status == 200
@@ -160,8 +172,10 @@ def test_chunked_request_body_is_answered(client):
 
 def test_expect_100_continue_is_honoured(client):
     data = orjson.dumps(DECISION)
-    client.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
-                b"Content-Length: %d\r\n\r\n" % len(data))
+    client.send(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(data)
+    )
     assert client._until(b"\r\n\r\n").startswith(b"HTTP/1.1 100")
     client.send(data)
     status, _, body = client.answer()
@@ -175,10 +189,13 @@ def test_connection_close_is_honoured(client):
     assert client.closed()
 
 
-@pytest.mark.parametrize("body, status, param", [
-    ({**DECISION, "semif": {"options": ["only"]}}, 400, "semif.options"),
-    ({**DECISION, "semif": {"options": ["a", "b"], "colour": 1}}, 400, "semif.colour"),
-])
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({**DECISION, "semif": {"options": ["only"]}}, 400, "semif.options"),
+        ({**DECISION, "semif": {"options": ["a", "b"], "colour": 1}}, 400, "semif.colour"),
+    ],
+)
 def test_errors_keep_the_connection(client, body, status, param):
     client.send(post("/v1/chat/completions", body) + post("/v1/chat/completions", DECISION))
     (got, headers, error), (ok, _, _) = client.answer(), client.answer()
@@ -187,15 +204,30 @@ def test_errors_keep_the_connection(client, body, status, param):
 
 
 def test_every_decision_path_answers_on_one_connection(client, proxy_url):
-    httpx.post(proxy_url + "/v1/systemone", timeout=60, json={  # the served model is now known
-        "state": "warm-up", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}})
-    system_one = {"state": "I was charged twice.",
-                  "questions": {"q": {"type": "choice", "criteria": ["billing", "shipping"]}}}
-    decisions = {"model": "jev-latest", "input": "I was charged twice.",
-                 "questions": [{"type": "predicate", "name": "q", "instructions": "Is it billing?"}]}
-    for path, body in [("/v1/systemone", system_one), ("/invocations", system_one),
-                       ("/invocations", DECISION), ("/v1/decisions", decisions),
-                       ("/invocations", decisions)]:
+    httpx.post(
+        proxy_url + "/v1/systemone",
+        timeout=60,
+        json={  # the served model is now known
+            "state": "warm-up",
+            "questions": {"q": {"type": "noul", "instructions": "Is it?"}},
+        },
+    )
+    system_one = {
+        "state": "I was charged twice.",
+        "questions": {"q": {"type": "choice", "criteria": ["billing", "shipping"]}},
+    }
+    decisions = {
+        "model": "jev-latest",
+        "input": "I was charged twice.",
+        "questions": [{"type": "predicate", "name": "q", "instructions": "Is it billing?"}],
+    }
+    for path, body in [
+        ("/v1/systemone", system_one),
+        ("/invocations", system_one),
+        ("/invocations", DECISION),
+        ("/v1/decisions", decisions),
+        ("/invocations", decisions),
+    ]:
         client.send(post(path, body))
         status, headers, answer = client.answer()
         assert status == 200, (path, answer)
@@ -205,8 +237,10 @@ def test_every_decision_path_answers_on_one_connection(client, proxy_url):
 def test_a_client_that_leaves_cancels_its_decision(llama, logs_dir):
     proc, url, log = launch_proxy(logs_dir, llama.url)
     try:
-        slow = {"messages": [{"role": "user", "content": f"{time.time()} " + "word " * 1500}],
-                "semif": {"options": ["a", "b"]}}
+        slow = {
+            "messages": [{"role": "user", "content": f"{time.time()} " + "word " * 1500}],
+            "semif": {"options": ["a", "b"]},
+        }
         client = Client(url)
         try:
             client.send(post("/v1/chat/completions", slow))
@@ -218,8 +252,10 @@ def test_a_client_that_leaves_cancels_its_decision(llama, logs_dir):
             client.close()
         llama.wait_idle(timeout_s=120)
         metrics = httpx.get(url + "/metrics").text
-        assert ('semif_request_duration_seconds_count{kind="decision",outcome="client_error",'
-                'route="/v1/chat/completions"} 1.0') in metrics  # recorded as 499
+        assert (
+            'semif_request_duration_seconds_count{kind="decision",outcome="client_error",'
+            'route="/v1/chat/completions"} 1.0'
+        ) in metrics  # recorded as 499
         assert 'semif_requests_in_flight{route="/v1/chat/completions"} 0.0' in metrics
     finally:
         stop(proc)
@@ -255,16 +291,21 @@ def _reply_within(url: str, data: bytes, seconds: float) -> bytes:
 
 def test_lf_only_line_endings_get_a_prompt_400(proxy_url):
     # prompt: within 10 s, not after the keep-alive or request timeouts
-    reply = _reply_within(proxy_url, b"POST /v1/chat/completions HTTP/1.1\nHost: t\n"
-                                      b"Content-Length: 2\n\n{}", 10)
+    reply = _reply_within(
+        proxy_url, b"POST /v1/chat/completions HTTP/1.1\nHost: t\nContent-Length: 2\n\n{}", 10
+    )
     assert reply.startswith(b"HTTP/1.") and b" 400 " in reply.split(b"\r\n")[0]
 
 
-@pytest.mark.parametrize("head, status", [
-    (b"X-Big: " + b"a" * 9000 + b"\r\n", 400),                        # a field over 8190 bytes
-    (b"".join(b"X-H%d: v\r\n" % i for i in range(200)), 400),         # more than 128 fields
-    (b"X-A: " + b"b" * 4000 + b"\r\nX-B: " + b"c" * 5000 + b"\r\n", 200),  # under each cap
-], ids=["long-field", "many-fields", "two-long-fields"])
+@pytest.mark.parametrize(
+    "head, status",
+    [
+        (b"X-Big: " + b"a" * 9000 + b"\r\n", 400),  # a field over 8190 bytes
+        (b"".join(b"X-H%d: v\r\n" % i for i in range(200)), 400),  # more than 128 fields
+        (b"X-A: " + b"b" * 4000 + b"\r\nX-B: " + b"c" * 5000 + b"\r\n", 200),  # under each cap
+    ],
+    ids=["long-field", "many-fields", "two-long-fields"],
+)
 def test_aiohttps_header_limits_hold(proxy_url, head, status):
     request = b"GET /health HTTP/1.1\r\nHost: t\r\n" + head + b"\r\n"
     line = _reply_within(proxy_url, request, 10).split(b"\r\n")[0]
@@ -274,8 +315,12 @@ def test_aiohttps_header_limits_hold(proxy_url, head, status):
 def test_a_content_length_of_5000_digits_gets_a_prompt_400_and_one_log_line(llama, logs_dir):
     proc, url, log = launch_proxy(logs_dir, llama.url)
     try:
-        reply = _reply_within(url, b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
-                                   b"Content-Length: " + b"9" * 5000 + b"\r\n\r\n{}", 5)
+        reply = _reply_within(
+            url,
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n"
+            b"Content-Length: " + b"9" * 5000 + b"\r\n\r\n{}",
+            5,
+        )
         assert b" 400 " in reply.split(b"\r\n")[0]
         time.sleep(0.3)
         text = Path(log.name).read_text(errors="replace")

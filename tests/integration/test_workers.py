@@ -19,8 +19,10 @@ import pytest
 from scripts.stack import stop
 from tests.conftest import launch_proxy
 
-DECISION = {"messages": [{"role": "user", "content": "I was charged twice for my order."}],
-            "semif": {"options": ["billing", "shipping", "technical"]}}
+DECISION = {
+    "messages": [{"role": "user", "content": "I was charged twice for my order."}],
+    "semif": {"options": ["billing", "shipping", "technical"]},
+}
 
 
 @pytest.fixture()
@@ -62,8 +64,12 @@ def _processes(url: str) -> int:
 
 
 def _decisions(text: str) -> int:
-    found = re.search(r'^semif_request_duration_seconds_count\{kind="decision",outcome="ok",'
-                      r'route="/v1/chat/completions"\} (\S+)$', text, re.M)
+    found = re.search(
+        r'^semif_request_duration_seconds_count\{kind="decision",outcome="ok",'
+        r'route="/v1/chat/completions"\} (\S+)$',
+        text,
+        re.M,
+    )
     return int(float(found.group(1))) if found else 0
 
 
@@ -76,8 +82,9 @@ def _wait_for(check, what: str, timeout_s: float = 30.0) -> None:
 
 
 def _decide(url: str) -> None:
-    resp = httpx.post(url + "/v1/chat/completions", json=DECISION, timeout=60,
-                      headers={"Connection": "close"})  # a new connection each: spread
+    resp = httpx.post(
+        url + "/v1/chat/completions", json=DECISION, timeout=60, headers={"Connection": "close"}
+    )  # a new connection each: spread
     assert resp.status_code == 200, resp.text
 
 
@@ -100,8 +107,14 @@ def test_a_worker_that_dies_is_started_again_while_the_other_serves(two_workers)
     os.kill(victim, signal.SIGKILL)
     for _ in range(5):
         _decide(url)  # answered by the other worker meanwhile
-    _wait_for(lambda: len(_workers(proc.pid)) == 2 and victim not in _workers(proc.pid)
-              and _processes(url) == 2, "second worker again")
+    _wait_for(
+        lambda: (
+            len(_workers(proc.pid)) == 2
+            and victim not in _workers(proc.pid)
+            and _processes(url) == 2
+        ),
+        "second worker again",
+    )
     assert proc.poll() is None
 
 
@@ -110,8 +123,12 @@ def test_sigterm_stops_every_worker(two_workers):
     workers = _workers(proc.pid)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()
-                and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+    assert not [
+        pid
+        for pid in workers
+        if Path(f"/proc/{pid}").exists()
+        and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    ]
 
 
 def test_a_port_in_use_stops_the_workers_with_a_message(llama, logs_dir):
@@ -121,8 +138,21 @@ def test_a_port_in_use_stops_the_workers_with_a_message(llama, logs_dir):
     port = holder.getsockname()[1]
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "proxy", "--port", str(port), "--upstream-url", llama.url,
-             "--workers", "2"], capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "proxy",
+                "--port",
+                str(port),
+                "--upstream-url",
+                llama.url,
+                "--workers",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         holder.close()
     assert run.returncode == 1

@@ -8,8 +8,9 @@ from proxy.admission import Admission, Work, estimated_finish_s, finish_s, serve
 from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
 
 
-async def _hold(admission: Admission, release: asyncio.Event, started: list,
-                mark: object = 1) -> None:
+async def _hold(
+    admission: Admission, release: asyncio.Event, started: list, mark: object = 1
+) -> None:
     async with admission.admit():
         started.append(mark)
         await release.wait()
@@ -175,15 +176,15 @@ async def test_finishing_in_time_leaves_no_timer_behind():
 @pytest.mark.parametrize(
     ("queued", "active", "max_active", "decision_s", "expected"),
     [
-        (0, 1, 2, 0.5, 0.5),        # 2 served at once, 1 busy: just the decision
-        (0, 16, 2, 0.5, 4.5),       # 16 admitted, 2 at once: 14 waiting, 8 rounds, then
-        (3, 4, 2, 0.5, 2.0),        # 3 queued + 2 admitted waiting: 6 turns, 3 rounds, then
-        (0, 3, 4, 0.5, 0.5),        # a slot is free: just the decision
-        (0, 4, 4, 0.5, 1.0),        # all busy: a round's wait, then the decision
-        (4, 4, 4, 0.5, 1.5),        # 5 ahead through 4 slots: two rounds
-        (7, 4, 4, 0.5, 1.5),        # 8 ahead through 4 slots: two rounds, then its own
-        (8, 4, 4, 0.5, 2.0),        # 9 ahead: three rounds
-        (63, 16, 16, 0.5, 2.5),     # 64 ahead through 16 slots: 4 rounds, then its own
+        (0, 1, 2, 0.5, 0.5),  # 2 served at once, 1 busy: just the decision
+        (0, 16, 2, 0.5, 4.5),  # 16 admitted, 2 at once: 14 waiting, 8 rounds, then
+        (3, 4, 2, 0.5, 2.0),  # 3 queued + 2 admitted waiting: 6 turns, 3 rounds, then
+        (0, 3, 4, 0.5, 0.5),  # a slot is free: just the decision
+        (0, 4, 4, 0.5, 1.0),  # all busy: a round's wait, then the decision
+        (4, 4, 4, 0.5, 1.5),  # 5 ahead through 4 slots: two rounds
+        (7, 4, 4, 0.5, 1.5),  # 8 ahead through 4 slots: two rounds, then its own
+        (8, 4, 4, 0.5, 2.0),  # 9 ahead: three rounds
+        (63, 16, 16, 0.5, 2.5),  # 64 ahead through 16 slots: 4 rounds, then its own
     ],
 )
 def test_estimated_finish(queued, active, max_active, decision_s, expected):
@@ -200,7 +201,7 @@ def test_smoothed(mean, sample, expected):
 
 async def test_a_request_that_cannot_finish_in_time_is_refused_at_once_with_an_estimate():
     admission = Admission(max_active=1, max_queued=10, deadline_s=2.0, retry_after_s=1)
-    admission.decision_s = 0.5   # measured; the budget is 0.8 x 2.0 = 1.6 s
+    admission.decision_s = 0.5  # measured; the budget is 0.8 x 2.0 = 1.6 s
     release = asyncio.Event()
 
     async def hold():
@@ -210,9 +211,9 @@ async def test_a_request_that_cannot_finish_in_time_is_refused_at_once_with_an_e
     holders = [asyncio.create_task(hold()) for _ in range(3)]  # 1 running, 2 queued: 1.0, 1.5
     await asyncio.sleep(0)
     assert (admission.active, admission.queued) == (1, 2)
-    with pytest.raises(Overloaded) as err:   # a third in the queue would finish at 2.0 s
+    with pytest.raises(Overloaded) as err:  # a third in the queue would finish at 2.0 s
         admission.admit()
-    assert err.value.retry_after_s == 1   # ceil(2.0 - 1.6)
+    assert err.value.retry_after_s == 1  # ceil(2.0 - 1.6)
     assert "about 2.0 s, past this request's 2 s deadline" in err.value.message
     release.set()
     await asyncio.gather(*holders)
@@ -236,13 +237,17 @@ class _Clock:
         return self.now
 
 
-@pytest.mark.parametrize(("waited_s", "elapsed_s", "taught_s"), [
-    (0.25, 1.0, 0.75),   # the slot wait is taken out of what the decision took
-    (0.0, 0.5, 0.5),     # no wait: the whole
-    (1.5, 1.0, None),    # parallel waits overlapping past the whole teach nothing
-])
+@pytest.mark.parametrize(
+    ("waited_s", "elapsed_s", "taught_s"),
+    [
+        (0.25, 1.0, 0.75),  # the slot wait is taken out of what the decision took
+        (0.0, 0.5, 0.5),  # no wait: the whole
+        (1.5, 1.0, None),  # parallel waits overlapping past the whole teach nothing
+    ],
+)
 async def test_time_spent_waiting_for_a_llama_server_slot_is_not_taught_as_decision_time(
-        monkeypatch, waited_s, elapsed_s, taught_s):
+    monkeypatch, waited_s, elapsed_s, taught_s
+):
     from proxy.admission import slot_waited
 
     clock = _Clock()
@@ -287,7 +292,8 @@ async def test_work_that_cannot_finish_even_on_an_idle_server_is_a_client_error(
     assert caught.value.status == 400 and caught.value.code == "exceeds_deadline"
     assert caught.value.message.startswith(
         "this request needs about 3,900 prompt tokens, about 62 s on this server; "
-        "the deadline is 50 s")
+        "the deadline is 50 s"
+    )
 
 
 async def test_work_that_waiting_would_let_finish_is_429_with_the_wait():
@@ -320,7 +326,8 @@ async def test_work_that_waiting_would_let_finish_is_429_with_the_wait():
 
 def test_the_estimate_is_reported_in_server_timing_syntax():
     assert server_timing([Work(1234, 2.5), 3.25]) == (
-        'semif-estimate;dur=3250;desc="1234 prompt tokens, 2.500 s idle"')
+        'semif-estimate;dur=3250;desc="1234 prompt tokens, 2.500 s idle"'
+    )
     assert server_timing([]) is None
 
 

@@ -74,8 +74,14 @@ def test_temperature_fit_closed_form():
     [
         ([0.6, 0.3, 0.1], 0.5, [36 / 46, 9 / 46, 1 / 46]),  # p^2 renormalised
         ([0.5, 0.25, 0.25], 1.0, [0.5, 0.25, 0.25]),
-        ([0.8, 0.2], 2.0, [math.sqrt(0.8) / (math.sqrt(0.8) + math.sqrt(0.2)),
-                           math.sqrt(0.2) / (math.sqrt(0.8) + math.sqrt(0.2))]),
+        (
+            [0.8, 0.2],
+            2.0,
+            [
+                math.sqrt(0.8) / (math.sqrt(0.8) + math.sqrt(0.2)),
+                math.sqrt(0.2) / (math.sqrt(0.8) + math.sqrt(0.2)),
+            ],
+        ),
         ([1.0, 0.0], 3.0, [1.0, 0.0]),
     ],
 )
@@ -86,9 +92,16 @@ def test_temperature_scale_is_p_to_the_one_over_t(probs, t, expected):
 @pytest.mark.parametrize("t", [0.05, 0.5, 1.0, 2.5, 40.0, 100.0])
 @pytest.mark.parametrize(
     "probs",
-    [[0.2, 0.5, 0.3], [0.4, 0.4, 0.2], [0.1, 0.45, 0.45], [0.99, 0.01], [1e-30, 1 - 1e-30],
-     [0.35, math.nextafter(0.35, 1.0), 0.3 - 5.6e-17],  # neighbours one ulp apart
-     [0.0, 0.0, 1.0], [0.25] * 4],
+    [
+        [0.2, 0.5, 0.3],
+        [0.4, 0.4, 0.2],
+        [0.1, 0.45, 0.45],
+        [0.99, 0.01],
+        [1e-30, 1 - 1e-30],
+        [0.35, math.nextafter(0.35, 1.0), 0.3 - 5.6e-17],  # neighbours one ulp apart
+        [0.0, 0.0, 1.0],
+        [0.25] * 4,
+    ],
 )
 def test_temperature_never_changes_the_choice(probs, t):
     out = temperature_scale(probs, t)
@@ -100,7 +113,8 @@ def test_temperature_never_changes_the_choice(probs, t):
 def test_temperature_scale_matches_the_proxys_tempered_softmax(t):
     probs = [0.55, 0.3, 0.1, 0.05]
     assert temperature_scale(probs, t) == pytest.approx(
-        normalise([math.log(p) for p in probs], t), **EXACT)
+        normalise([math.log(p) for p in probs], t), **EXACT
+    )
 
 
 def test_platt_recovers_slope_and_intercept():
@@ -119,7 +133,8 @@ def test_platt_stays_finite_on_separable_data():
 
 def test_platt_scale_formula():
     assert platt_scale([0.8, 0.2], 2.0, -1.0) == pytest.approx(
-        [sigmoid(2 * math.log(4) - 1), 1 - sigmoid(2 * math.log(4) - 1)], **EXACT)
+        [sigmoid(2 * math.log(4) - 1), 1 - sigmoid(2 * math.log(4) - 1)], **EXACT
+    )
 
 
 @pytest.mark.parametrize(
@@ -137,8 +152,10 @@ def test_isotonic_pool_adjacent_violators(xs, ys, knots):
     assert kx == pytest.approx(knots[0], **EXACT) and ky == pytest.approx(knots[1], **EXACT)
 
 
-@pytest.mark.parametrize(("x", "expected"), [(0.0, 0.0), (0.1, 0.0), (0.2, 1 / 3), (0.25, 0.5),
-                                              (0.325, 0.75), (0.4, 1.0), (0.9, 1.0)])
+@pytest.mark.parametrize(
+    ("x", "expected"),
+    [(0.0, 0.0), (0.1, 0.0), (0.2, 1 / 3), (0.25, 0.5), (0.325, 0.75), (0.4, 1.0), (0.9, 1.0)],
+)
 def test_isotonic_map_is_piecewise_linear(x, expected):
     assert isotonic_map(x, [0.1, 0.25, 0.4], [0.0, 0.5, 1.0]) == pytest.approx(expected, **EXACT)
 
@@ -179,14 +196,22 @@ def _nll_rule_holds(fit):
     if method == "none":
         return all(v >= nll["none"] for m, v in nll.items() if m != "none")
     beats = nll[method] < nll["none"] and nll[method] == min(nll.values())
-    extra_ok = (method == "temperature" or "temperature" not in nll
-                or nll[method] < nll["temperature"])
+    extra_ok = (
+        method == "temperature" or "temperature" not in nll or nll[method] < nll["temperature"]
+    )
     return beats and extra_ok
 
 
-@pytest.mark.parametrize(("kind", "seed", "true_t", "k"),
-                         [("choice", 0, 2.5, 4), ("choice", 1, 1.0, 3), ("noul", 2, 0.7, 2),
-                          ("noul", 3, 1.0, 2), ("score", 4, 3.0, 5)])
+@pytest.mark.parametrize(
+    ("kind", "seed", "true_t", "k"),
+    [
+        ("choice", 0, 2.5, 4),
+        ("choice", 1, 1.0, 3),
+        ("noul", 2, 0.7, 2),
+        ("noul", 3, 1.0, 2),
+        ("score", 4, 3.0, 5),
+    ],
+)
 def test_fit_kind_keeps_a_method_only_if_it_beats_the_baseline(kind, seed, true_t, k):
     probs, golds = _synthetic(seed, 300, true_t, k=k, spread=3.0)
     fit = fit_kind(kind, probs, golds, ["temperature", "platt", "isotonic"], 5, seed)
@@ -238,19 +263,23 @@ def test_nothing_chosen_depends_on_the_test_split():
     items = _items()
     fit = fit_calibration(items, seed=0, target_accuracy=0.6)
     # rewrite every test item's answer and label mass (the split is drawn within golds)
-    flipped = [Labelled(it.kind, tuple(reversed(it.probabilities)), it.gold, 0.01) if t else it
-               for it, t in zip(items, fit.is_test)]
+    flipped = [
+        Labelled(it.kind, tuple(reversed(it.probabilities)), it.gold, 0.01) if t else it
+        for it, t in zip(items, fit.is_test)
+    ]
     refit = fit_calibration(flipped, seed=0, target_accuracy=0.6)
     assert refit.is_test == fit.is_test
     assert {k: (f.method, f.params) for k, f in refit.kinds.items()} == {
-        k: (f.method, f.params) for k, f in fit.kinds.items()}
+        k: (f.method, f.params) for k, f in fit.kinds.items()
+    }
     assert refit.threshold == fit.threshold and refit.label_mass_floor == fit.label_mass_floor
     assert refit.metrics("after") != fit.metrics("after")  # the report sees them
 
 
-@pytest.mark.parametrize(("sizes", "share", "expected"),
-                         [({0: 10, 1: 10}, 0.3, {0: 3, 1: 3}), ({0: 7, 1: 1}, 0.3, {0: 2, 1: 0}),
-                          ({0: 5}, 0.5, {0: 2})])  # round half to even
+@pytest.mark.parametrize(
+    ("sizes", "share", "expected"),
+    [({0: 10, 1: 10}, 0.3, {0: 3, 1: 3}), ({0: 7, 1: 1}, 0.3, {0: 2, 1: 0}), ({0: 5}, 0.5, {0: 2})],
+)  # round half to even
 def test_the_test_split_is_drawn_within_each_gold_answer(sizes, share, expected):
     items = [Labelled("noul", (0.5, 0.5), g) for g, n in sizes.items() for _ in range(n)]
     roles = split_roles(items, share, seed=4)
@@ -273,18 +302,26 @@ def test_too_few_items_for_a_test_split_are_refused():
         fit_calibration([Labelled("noul", (0.6, 0.4), 0, 0.9)] * 1)
 
 
-@pytest.mark.parametrize(("masses", "floor"),
-                         [([i / 100 for i in range(1, 101)], 0.01 + 0.05 * 99 * 0.01),
-                          ([0.99] * 20, 0.5), ([], 0.0), ([0.2, 0.4], 0.21)])
+@pytest.mark.parametrize(
+    ("masses", "floor"),
+    [
+        ([i / 100 for i in range(1, 101)], 0.01 + 0.05 * 99 * 0.01),
+        ([0.99] * 20, 0.5),
+        ([], 0.0),
+        ([0.2, 0.4], 0.21),
+    ],
+)
 def test_the_default_label_mass_floor(masses, floor):
     assert fit_label_mass_floor(masses) == pytest.approx(floor, **EXACT)
 
 
 def test_answers_below_the_floor_are_left_out_of_the_threshold_and_counted_on_test():
     items = [Labelled("noul", (0.99, 0.01), 0, 0.9)] * 320 + [
-        Labelled("noul", (0.99, 0.01), 1, 0.05)] * 80  # confidently wrong, little label mass
-    fit = fit_calibration(items, methods=["temperature"], seed=1, target_accuracy=0.9,
-                          label_mass_floor=0.1)
+        Labelled("noul", (0.99, 0.01), 1, 0.05)
+    ] * 80  # confidently wrong, little label mass
+    fit = fit_calibration(
+        items, methods=["temperature"], seed=1, target_accuracy=0.9, label_mass_floor=0.1
+    )
     # 67 answers of the 84 in the threshold split are above the floor, all right
     assert fit.threshold.threshold == 0.01 and fit.threshold.accuracy == 1.0
     assert fit.threshold.lower_bound == pytest.approx(0.05 ** (1 / 67), **EXACT)
@@ -292,8 +329,9 @@ def test_answers_below_the_floor_are_left_out_of_the_threshold_and_counted_on_te
     on_test = fit.threshold_on_test()
     assert (on_test["n"], on_test["below_floor"], on_test["count"]) == (120, 24, 96)
     assert on_test["below_floor_accuracy"] == 0.0 and on_test["accuracy"] == 1.0
-    unfloored = fit_calibration(items, methods=["temperature"], seed=1, target_accuracy=0.9,
-                                label_mass_floor=0.0)
+    unfloored = fit_calibration(
+        items, methods=["temperature"], seed=1, target_accuracy=0.9, label_mass_floor=0.0
+    )
     assert unfloored.threshold.threshold is None  # 20% wrong at the top
 
 

@@ -43,11 +43,17 @@ def test_accuracy(probs, golds, expected):
         # one bin [0.5, 0.6): confidence (0.55+0.58)/2 = 0.565, accuracy 1/2
         ([[0.55, 0.45], [0.58, 0.42]], [0, 1], 0.065),
         # bins 5, 6, 3: (|1-0.5| + |0-0.6| + |1-1/3|) / 3
-        ([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6], [1 / 3, 1 / 3, 1 / 3]], [0, 1, 0],
-         (0.5 + 0.6 + 2 / 3) / 3),
+        (
+            [[0.5, 0.3, 0.2], [0.2, 0.2, 0.6], [1 / 3, 1 / 3, 1 / 3]],
+            [0, 1, 0],
+            (0.5 + 0.6 + 2 / 3) / 3,
+        ),
         # weighted by bin count: bin 9 holds 3 answers (2 right), bin 5 one wrong answer
-        ([[0.95, 0.05], [0.91, 0.09], [0.99, 0.01], [0.5, 0.5]], [0, 0, 1, 1],
-         3 / 4 * abs(2 / 3 - (0.95 + 0.91 + 0.99) / 3) + 1 / 4 * 0.5),
+        (
+            [[0.95, 0.05], [0.91, 0.09], [0.99, 0.01], [0.5, 0.5]],
+            [0, 0, 1, 1],
+            3 / 4 * abs(2 / 3 - (0.95 + 0.91 + 0.99) / 3) + 1 / 4 * 0.5,
+        ),
         ([[1.0, 0.0]], [0], 0.0),  # 1.0 belongs to the last bin
         ([[1.0, 0.0]], [1], 1.0),
     ],
@@ -110,8 +116,9 @@ def test_position_shares(positions, n, expected):
     assert position_shares(positions, n) == expected
 
 
-@pytest.mark.parametrize(("probs", "expected"), [([0.2, 0.5, 0.3], 1), ([0.4, 0.4, 0.2], 0),
-                                                  ([0.1, 0.45, 0.45], 1)])
+@pytest.mark.parametrize(
+    ("probs", "expected"), [([0.2, 0.5, 0.3], 1), ([0.4, 0.4, 0.2], 0), ([0.1, 0.45, 0.45], 1)]
+)
 def test_top_index_takes_the_first_on_ties(probs, expected):
     assert top_index(probs) == expected
 
@@ -119,8 +126,11 @@ def test_top_index_takes_the_first_on_ties(probs, expected):
 def test_summary_holds_every_metric():
     probs, golds = FOUR
     assert summary(probs, golds) == {
-        "n": 4, "accuracy": 0.5, "ece": expected_calibration_error(probs, golds),
-        "brier": brier_score(probs, golds), "nll": negative_log_likelihood(probs, golds),
+        "n": 4,
+        "accuracy": 0.5,
+        "ece": expected_calibration_error(probs, golds),
+        "brier": brier_score(probs, golds),
+        "nll": negative_log_likelihood(probs, golds),
     }
 
 

@@ -35,12 +35,24 @@ def _profile(name="tickets", threshold=0.8, **calibration):
         "score": KindCalibration("isotonic", {"x": [0.4, 0.9], "y": [0.3, 0.7]}, 40),
     }
     return Profile(
-        name=name, model=MODEL, prompt_format_version=PROMPT_FORMAT_VERSION,
-        created="2026-11-30T12:00:00Z", data_sha256="ab" * 32, calibration=calibration,
-        threshold=Threshold(0.95, threshold, 0.4 if threshold is not None else 0.0,
-                            0.96 if threshold is not None else None,
-                            96 if threshold is not None else 0, 10),
-        debias="cyclic", n_items=240, folds=5, seed=0,
+        name=name,
+        model=MODEL,
+        prompt_format_version=PROMPT_FORMAT_VERSION,
+        created="2026-11-30T12:00:00Z",
+        data_sha256="ab" * 32,
+        calibration=calibration,
+        threshold=Threshold(
+            0.95,
+            threshold,
+            0.4 if threshold is not None else 0.0,
+            0.96 if threshold is not None else None,
+            96 if threshold is not None else 0,
+            10,
+        ),
+        debias="cyclic",
+        n_items=240,
+        folds=5,
+        seed=0,
         metrics={"before": {"all": {"ece": 0.2}}, "after": {"all": {"ece": 0.05}}},
         llama_build="b11434-unknown",
     )
@@ -54,11 +66,23 @@ def test_round_trip_through_the_file(tmp_path):
     data = json.loads(path.read_text())
     assert data["profile_format"] == 1 and data["debias"] == "cyclic"
     assert data["llama_build"] == "b11434-unknown"
-    assert data["calibration"]["choice"] == {"method": "temperature",
-                                             "params": {"temperature": 2.0}, "n_items": 120}
-    assert data["threshold"] == {"target_accuracy": 0.95, "threshold": 0.8, "coverage": 0.4,
-                                 "accuracy": 0.96, "count": 96, "min_count": 10,
-                                 "level": None, "lower_bound": None, "source": "", "test": {}}
+    assert data["calibration"]["choice"] == {
+        "method": "temperature",
+        "params": {"temperature": 2.0},
+        "n_items": 120,
+    }
+    assert data["threshold"] == {
+        "target_accuracy": 0.95,
+        "threshold": 0.8,
+        "coverage": 0.4,
+        "accuracy": 0.96,
+        "count": 96,
+        "min_count": 10,
+        "level": None,
+        "lower_bound": None,
+        "source": "",
+        "test": {},
+    }
     assert data["label_mass_floor"] == 0.0 and data["position_prior"] == {}
     assert [p.name for p in tmp_path.iterdir()] == ["tickets.json"]  # no temporary file left
 
@@ -71,8 +95,11 @@ def test_a_null_threshold_round_trips(tmp_path):
 @pytest.mark.parametrize(
     ("kind", "probs", "expected"),
     [
-        ("choice", [0.6, 0.3, 0.1],
-         [math.sqrt(x) / math.fsum(map(math.sqrt, (0.6, 0.3, 0.1))) for x in (0.6, 0.3, 0.1)]),
+        (
+            "choice",
+            [0.6, 0.3, 0.1],
+            [math.sqrt(x) / math.fsum(map(math.sqrt, (0.6, 0.3, 0.1))) for x in (0.6, 0.3, 0.1)],
+        ),
         ("noul", [0.8, 0.2], [sigmoid(2 * math.log(4) - 1), 1 - sigmoid(2 * math.log(4) - 1)]),
         ("score", [0.65, 0.25, 0.1], [0.5, 0.25 / 0.35 * 0.5, 0.1 / 0.35 * 0.5]),
     ],
@@ -82,16 +109,18 @@ def test_apply_uses_the_method_of_the_question_type(kind, probs, expected):
 
 
 @pytest.mark.parametrize("t", [0.1, 0.7, 1.0, 3.0, 50.0])
-@pytest.mark.parametrize("probs", [[0.3, 0.5, 0.2], [0.5, 0.5], [0.01, 0.01, 0.98], [0.25] * 4,
-                                   [0.2, 0.2, 0.3, 0.3]])
+@pytest.mark.parametrize(
+    "probs", [[0.3, 0.5, 0.2], [0.5, 0.5], [0.01, 0.01, 0.98], [0.25] * 4, [0.2, 0.2, 0.3, 0.3]]
+)
 def test_apply_with_temperature_never_changes_the_argmax(t, probs):
     profile = _profile(choice=KindCalibration("temperature", {"temperature": t}))
     assert top_index(apply(profile, "choice", probs)) == top_index(probs)
 
 
 def test_types_without_calibration_are_left_alone():
-    profile = _profile(choice=KindCalibration("temperature", {"temperature": 2.0}),
-                       noul=KindCalibration("none"))
+    profile = _profile(
+        choice=KindCalibration("temperature", {"temperature": 2.0}), noul=KindCalibration("none")
+    )
     assert apply(profile, "score", [0.7, 0.2, 0.1]) == [0.7, 0.2, 0.1]
     assert apply(profile, "noul", [0.7, 0.3]) == [0.7, 0.3]
     assert profile.method("score") == "none" and profile.method("choice") == "temperature"
@@ -104,8 +133,13 @@ def test_apply_refuses_an_unknown_type():
 
 @pytest.mark.parametrize(
     ("threshold", "probs", "expected"),
-    [(0.8, [0.85, 0.15], "auto"), (0.8, [0.8, 0.2], "auto"), (0.8, [0.2, 0.79, 0.01], "review"),
-     (0.8, [0.1, 0.9], "auto"), (None, [1.0, 0.0], "review")],
+    [
+        (0.8, [0.85, 0.15], "auto"),
+        (0.8, [0.8, 0.2], "auto"),
+        (0.8, [0.2, 0.79, 0.01], "review"),
+        (0.8, [0.1, 0.9], "auto"),
+        (None, [1.0, 0.0], "review"),
+    ],
 )
 def test_route_by_the_threshold(threshold, probs, expected):
     reason = {"auto": "above_threshold", "review": "below_threshold"}[expected]
@@ -116,10 +150,13 @@ def test_route_by_the_threshold(threshold, probs, expected):
 
 @pytest.mark.parametrize(
     ("floor", "override", "mass", "expected"),
-    [(0.3, None, 0.29, ("review", "label_mass")), (0.3, None, 0.3, ("auto", "above_threshold")),
-     (0.3, 0.0, 0.02, ("auto", "above_threshold")),  # the request lowers the floor
-     (0.0, 0.5, 0.4, ("review", "label_mass")),  # ... or raises it
-     (0.0, None, 0.0, ("auto", "above_threshold"))],
+    [
+        (0.3, None, 0.29, ("review", "label_mass")),
+        (0.3, None, 0.3, ("auto", "above_threshold")),
+        (0.3, 0.0, 0.02, ("auto", "above_threshold")),  # the request lowers the floor
+        (0.0, 0.5, 0.4, ("review", "label_mass")),  # ... or raises it
+        (0.0, None, 0.0, ("auto", "above_threshold")),
+    ],
 )
 def test_an_answer_below_the_label_mass_floor_goes_to_review(floor, override, mass, expected):
     profile = replace(_profile(threshold=0.8), label_mass_floor=floor)
@@ -128,10 +165,14 @@ def test_an_answer_below_the_label_mass_floor_goes_to_review(floor, override, ma
 
 def test_the_new_fields_round_trip(tmp_path):
     profile = replace(
-        _profile(), debias="pride", label_mass_floor=0.31,
+        _profile(),
+        debias="pride",
+        label_mass_floor=0.31,
         position_prior={"choice": {4: (0.4, 0.3, 0.2, 0.1)}, "noul": {2: (0.6, 0.4)}},
-        threshold=Threshold(0.9, 0.7, 0.5, 0.95, 120, 10, 0.95, 0.91, "cv answers",
-                            {"n": 50, "count": 20}))
+        threshold=Threshold(
+            0.9, 0.7, 0.5, 0.95, 120, 10, 0.95, 0.91, "cv answers", {"n": 50, "count": 20}
+        ),
+    )
     path = save(profile, tmp_path)
     assert load("tickets", tmp_path) == profile
     assert json.loads(path.read_text())["position_prior"]["choice"] == {"4": [0.4, 0.3, 0.2, 0.1]}
@@ -140,9 +181,11 @@ def test_the_new_fields_round_trip(tmp_path):
 
 @pytest.mark.parametrize(
     ("model", "version"),
-    [(MODEL, PROMPT_FORMAT_VERSION),
-     ("/opt/ml/model/SmolLM2-135M-Instruct.Q4_1.gguf", PROMPT_FORMAT_VERSION),  # same file
-     ("SmolLM2-135M-Instruct.Q4_1", PROMPT_FORMAT_VERSION)],  # the file's stem, as --alias
+    [
+        (MODEL, PROMPT_FORMAT_VERSION),
+        ("/opt/ml/model/SmolLM2-135M-Instruct.Q4_1.gguf", PROMPT_FORMAT_VERSION),  # same file
+        ("SmolLM2-135M-Instruct.Q4_1", PROMPT_FORMAT_VERSION),
+    ],  # the file's stem, as --alias
 )
 def test_compatible_profiles_pass(model, version):
     check_compatible(_profile(), model, version)
@@ -151,8 +194,12 @@ def test_compatible_profiles_pass(model, version):
 @pytest.mark.parametrize(
     ("model", "version", "field", "words"),
     [
-        ("/models/gemma-3-270m-it-Q4_K_M.gguf", PROMPT_FORMAT_VERSION, "model",
-         [MODEL, "/models/gemma-3-270m-it-Q4_K_M.gguf"]),
+        (
+            "/models/gemma-3-270m-it-Q4_K_M.gguf",
+            PROMPT_FORMAT_VERSION,
+            "model",
+            [MODEL, "/models/gemma-3-270m-it-Q4_K_M.gguf"],
+        ),
         ("smollm2", PROMPT_FORMAT_VERSION, "model", [MODEL, "'smollm2'"]),
         (MODEL, "semif-2", "prompt_format_version", [PROMPT_FORMAT_VERSION, "semif-2"]),
     ],
@@ -167,9 +214,24 @@ def test_a_profile_for_another_model_or_prompt_format_is_refused(model, version,
 
 @pytest.mark.parametrize(
     "name",
-    ["../secrets", "..", ".", ".hidden", "a/b", "a\\b", "/etc/passwd", "", "x\x00", "tickets.json/",
-     "name with space", "ü", "%2e%2e", "tickets\n",
-     "none", "None"],  # reserved: a request's "none" asks for no calibration
+    [
+        "../secrets",
+        "..",
+        ".",
+        ".hidden",
+        "a/b",
+        "a\\b",
+        "/etc/passwd",
+        "",
+        "x\x00",
+        "tickets.json/",
+        "name with space",
+        "ü",
+        "%2e%2e",
+        "tickets\n",
+        "none",
+        "None",
+    ],  # reserved: a request's "none" asks for no calibration
 )
 def test_path_traversal_and_odd_names_are_refused(tmp_path, name):
     with pytest.raises(InvalidProfileName):
@@ -266,8 +328,8 @@ def test_a_profile_without_a_build_loads_as_unknown(tmp_path):
     [
         ("b11434-unknown", "b11434-unknown", False),
         ("b11434-unknown", "b10434-1a2b3c4", True),
-        ("", "b10434-1a2b3c4", False),   # not known when fitted: nothing to compare
-        ("b11434-unknown", "", False),   # the server does not say
+        ("", "b10434-1a2b3c4", False),  # not known when fitted: nothing to compare
+        ("b11434-unknown", "", False),  # the server does not say
     ],
 )
 def test_another_build_is_told_apart(fitted, served, other):

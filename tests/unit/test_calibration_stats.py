@@ -27,7 +27,7 @@ EXACT = {"rel": 1e-12, "abs": 1e-15}
         (190, 200, 0.95, 0.916664848933628),
         (1, 3, 0.95, 0.0169524275084415),
         (0, 5, 0.95, 0.0),
-        (10, 10, 0.99, 0.01 ** 0.1),
+        (10, 10, 0.99, 0.01**0.1),
     ],
 )
 def test_clopper_pearson_lower_bound(k, n, level, bound):
@@ -42,16 +42,28 @@ def test_clopper_pearson_refuses_impossible_counts(k, n, level):
 
 @pytest.mark.parametrize(
     ("k", "n", "p", "tail"),
-    [(3, 10, 0.2, 1 - (0.8 ** 10 + 10 * 0.2 * 0.8 ** 9 + 45 * 0.2 ** 2 * 0.8 ** 8)),
-     (0, 10, 0.2, 1.0), (11, 10, 0.2, 0.0), (10, 10, 0.5, 0.5 ** 10), (1, 1, 0.0, 0.0)],
+    [
+        (3, 10, 0.2, 1 - (0.8**10 + 10 * 0.2 * 0.8**9 + 45 * 0.2**2 * 0.8**8)),
+        (0, 10, 0.2, 1.0),
+        (11, 10, 0.2, 0.0),
+        (10, 10, 0.5, 0.5**10),
+        (1, 1, 0.0, 0.0),
+    ],
 )
 def test_binomial_tail(k, n, p, tail):
     assert binomial_tail(k, n, p) == pytest.approx(tail, **EXACT)
 
 
-@pytest.mark.parametrize(("values", "q", "expected"), [
-    ([1, 2, 3, 4], 0.5, 2.5), ([4, 1, 3, 2], 0.05, 1.15), ([1, 2, 3, 4], 1, 4), ([7], 0.3, 7),
-    ([1, 2, 3, 4], 0, 1)])
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([1, 2, 3, 4], 0.5, 2.5),
+        ([4, 1, 3, 2], 0.05, 1.15),
+        ([1, 2, 3, 4], 1, 4),
+        ([7], 0.3, 7),
+        ([1, 2, 3, 4], 0, 1),
+    ],
+)
 def test_quantile_interpolates_between_order_statistics(values, q, expected):
     assert quantile(values, q) == pytest.approx(expected, **EXACT)
 
@@ -85,12 +97,15 @@ def _answers(blocks):
 
 @pytest.mark.parametrize(
     ("target", "threshold", "bound", "count", "coverage"),
-    [(0.9, 0.61, 0.916664848933628, 200, 2 / 3),  # stops at 0.60, where 240 of 300 are right
-     (0.95, 0.86, 0.05 ** 0.01, 100, 1 / 3),  # 190 of 200 bound 0.917 < 0.95: stops at 0.85
-     (0.99, None, None, 0, 0.0)],  # 100 of 100 bound 0.970: the first test fails
+    [
+        (0.9, 0.61, 0.916664848933628, 200, 2 / 3),  # stops at 0.60, where 240 of 300 are right
+        (0.95, 0.86, 0.05**0.01, 100, 1 / 3),  # 190 of 200 bound 0.917 < 0.95: stops at 0.85
+        (0.99, None, None, 0, 0.0),
+    ],  # 100 of 100 bound 0.970: the first test fails
 )
 def test_fixed_sequence_keeps_the_last_threshold_before_the_first_failure(
-        target, threshold, bound, count, coverage):
+    target, threshold, bound, count, coverage
+):
     tops, hits = _answers([(0.95, 100, 100), (0.85, 100, 90), (0.6, 100, 50)])
     got = fixed_sequence_threshold(tops, hits, target, level=0.95, min_count=10)
     assert (got.threshold, got.count) == (threshold, count)
@@ -152,9 +167,10 @@ def test_the_grid_must_run_downwards():
         fixed_sequence_threshold([0.9], [True], 0.9, grid=(0.5, 0.9))
 
 
-@pytest.mark.parametrize(("target", "level", "fewest"),
-                         [(0.95, 0.95, 59), (0.9, 0.95, 29), (0.5, 0.95, 5), (0.99, 0.9, 230),
-                          (1.0, 0.95, None)])
+@pytest.mark.parametrize(
+    ("target", "level", "fewest"),
+    [(0.95, 0.95, 59), (0.9, 0.95, 29), (0.5, 0.95, 5), (0.99, 0.9, 230), (1.0, 0.95, None)],
+)
 def test_fewest_answers_that_can_pass(target, level, fewest):
     assert fewest_to_pass(target, level) == fewest
     if fewest is not None:

@@ -16,20 +16,22 @@ ln = math.log
 
 def _outcome(names, probs, **extra):
     logprobs = [ln(p) if p > 0 else -800.0 for p in probs]  # exp(-800) is 0 in a float
-    return Outcome(decide(choice_question(names), logprobs), ("A",) * len(names),
-                   "m", 12, 12, 1, **extra)
+    return Outcome(
+        decide(choice_question(names), logprobs), ("A",) * len(names), "m", 12, 12, 1, **extra
+    )
 
 
 def test_logprobs_list_the_chosen_option_and_the_most_likely_ones():
     out = _outcome(["billing", "shipping", "technical"], [0.2, 0.5, 0.3])
     body = completion_body(out, None, 2)
-    position, = body["choices"][0]["logprobs"]["content"]
+    (position,) = body["choices"][0]["logprobs"]["content"]
     assert position["token"] == "shipping" == body["choices"][0]["message"]["content"]
     assert position["logprob"] == pytest.approx(ln(0.5), rel=1e-12)
     assert position["bytes"] == list(b"shipping")
     assert [(e["token"], e["logprob"]) for e in position["top_logprobs"]] == [
         ("shipping", pytest.approx(ln(0.5), rel=1e-12)),
-        ("technical", pytest.approx(ln(0.3), rel=1e-12))]
+        ("technical", pytest.approx(ln(0.3), rel=1e-12)),
+    ]
     assert body["choices"][0]["logprobs"]["refusal"] is None
     assert body["semif"]["logprobs_of"] == "read"
 
@@ -46,8 +48,9 @@ def test_no_logprobs_unless_asked_and_calibrated_ones_say_so():
     plain = completion_body(out, None)
     assert plain["choices"][0]["logprobs"] is None and "logprobs_of" not in plain["semif"]
     assert completion_body(out, None, 0)["semif"]["logprobs_of"] == "calibrated"
-    assert completion_body(out, None, 0)["choices"][0]["logprobs"]["content"][0][
-        "top_logprobs"] == []
+    assert (
+        completion_body(out, None, 0)["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == []
+    )
 
 
 def test_a_noul_answer_lists_true_and_false():
@@ -58,17 +61,28 @@ def test_a_noul_answer_lists_true_and_false():
     assert [e["token"] for e in position["top_logprobs"]] == ["true", "false"]
 
 
-@pytest.mark.parametrize(("body", "top"), [({}, None), ({"logprobs": False}, None),
-                                           ({"logprobs": True}, 0),
-                                           ({"logprobs": True, "top_logprobs": 20}, 20)])
+@pytest.mark.parametrize(
+    ("body", "top"),
+    [
+        ({}, None),
+        ({"logprobs": False}, None),
+        ({"logprobs": True}, 0),
+        ({"logprobs": True, "top_logprobs": 20}, 20),
+    ],
+)
 def test_requested_logprobs(body, top):
     assert requested_logprobs(body) == top
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"logprobs": "yes"}, "logprobs"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ({"logprobs": True, "top_logprobs": True}, "top_logprobs"),
-    ({"top_logprobs": 3}, "top_logprobs")])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"logprobs": "yes"}, "logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": True}, "top_logprobs"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+    ],
+)
 def test_bad_logprobs_requests_are_refused(body, param):
     with pytest.raises(InvalidRequest) as err:
         requested_logprobs(body)
@@ -77,7 +91,7 @@ def test_bad_logprobs_requests_are_refused(body, param):
 
 def test_a_stream_sends_usage_only_when_asked():
     out = _outcome(["a", "b"], [0.4, 0.6])
-    only, = completion_chunks(out, None)
+    (only,) = completion_chunks(out, None)
     assert "usage" not in only and only["object"] == "chat.completion.chunk"
     answer, closing = completion_chunks(out, None, 1, include_usage=True)
     assert answer["usage"] is None and answer["choices"][0]["logprobs"] is not None

@@ -47,8 +47,9 @@ class Fake:
 
         if name in self.present:
             path.write_text("binary")
-        return Candidate(name, "b1", f"build {name}", tier, present, obtain, identity=name,
-                         requires=requires)
+        return Candidate(
+            name, "b1", f"build {name}", tier, present, obtain, identity=name, requires=requires
+        )
 
     def probe(self, binary: Path, model: Path, **_: object) -> Probe:
         self.probed.append(binary.name)
@@ -59,8 +60,7 @@ class Fake:
 
 
 def _cands(fake: Fake) -> list[Candidate]:
-    return [fake.candidate("wheel", 0), fake.candidate("source", 1),
-            fake.candidate("portable", 1)]
+    return [fake.candidate("wheel", 0), fake.candidate("source", 1), fake.candidate("portable", 1)]
 
 
 def test_the_first_tier_that_runs_wins_and_later_ones_are_not_built(tmp_path):
@@ -96,33 +96,47 @@ UNREAD = Cpu("x86_64", frozenset())  # /proc/cpuinfo could not be read
     ],
 )
 def test_a_candidate_needing_flags_this_cpu_lacks_is_neither_fetched_nor_tried(
-        tmp_path, cpu, present, reason):
+    tmp_path, cpu, present, reason
+):
     fake = Fake(tmp_path, {"wheel": 600.0, "source": 250.0}, present=present)
-    cands = [fake.candidate("wheel", 0, requires=("avx512f", "avx_vnni")),
-             fake.candidate("source", 1)]
+    cands = [
+        fake.candidate("wheel", 0, requires=("avx512f", "avx_vnni")),
+        fake.candidate("source", 1),
+    ]
     choice = choose(cpu, MODEL, cands, probe_fn=fake.probe)
     assert (choice.candidate, fake.obtained, fake.probed) == ("source", ["source"], ["source"])
-    assert choice.rejected == [{"candidate": "wheel", "reason": (
-        f"needs AVX-512 and AVX-VNNI; {reason}: not fetched or tried")}]
+    assert choice.rejected == [
+        {
+            "candidate": "wheel",
+            "reason": (f"needs AVX-512 and AVX-VNNI; {reason}: not fetched or tried"),
+        }
+    ]
 
 
 @pytest.mark.parametrize("cpu", [SAPPHIRE, UNREAD])  # every flag there; flags unknown
 def test_a_candidate_whose_flags_are_there_or_unknown_is_tried(tmp_path, cpu):
     fake = Fake(tmp_path, {"wheel": 600.0, "source": 250.0})
-    cands = [fake.candidate("wheel", 0, requires=("avx512f", "avx_vnni")),
-             fake.candidate("source", 1)]
+    cands = [
+        fake.candidate("wheel", 0, requires=("avx512f", "avx_vnni")),
+        fake.candidate("source", 1),
+    ]
     choice = choose(cpu, MODEL, cands, probe_fn=fake.probe)
     assert (choice.candidate, fake.probed) == ("wheel", ["wheel"])
 
 
 def test_within_a_tier_what_is_already_built_competes_on_speed(tmp_path):
-    fake = Fake(tmp_path, {"wheel": "SIGILL", "source": 234.0, "portable": 248.0},
-                present={"source", "portable"})
+    fake = Fake(
+        tmp_path,
+        {"wheel": "SIGILL", "source": 234.0, "portable": 248.0},
+        present={"source", "portable"},
+    )
     choice = choose(AVX2, MODEL, _cands(fake), probe_fn=fake.probe)
     assert choice.candidate == "portable"
     assert fake.probed == ["wheel", "source", "portable"]
-    assert {"candidate": "source", "reason": "runs, but slower: 234 prompt tokens/s"} \
-        in choice.rejected
+    assert {
+        "candidate": "source",
+        "reason": "runs, but slower: 234 prompt tokens/s",
+    } in choice.rejected
 
 
 def test_a_build_that_fails_moves_on_to_the_portable_recipe(tmp_path):
@@ -133,14 +147,20 @@ def test_a_build_that_fails_moves_on_to_the_portable_recipe(tmp_path):
 
 
 def test_nothing_runs_is_an_error_listing_every_reason(tmp_path):
-    fake = Fake(tmp_path, {"wheel": "SIGILL here", "source": "exited with status 1"},
-                unbuildable={"portable"})
+    fake = Fake(
+        tmp_path,
+        {"wheel": "SIGILL here", "source": "exited with status 1"},
+        unbuildable={"portable"},
+    )
     with pytest.raises(NoBuildRuns) as err:
         choose(AVX2, MODEL, _cands(fake), probe_fn=fake.probe)
     text = str(err.value)
     assert "AMD EPYC, AVX2" in text
-    for line in ("wheel: SIGILL here", "source: exited with status 1",
-                 "portable: portable: cmake exited with 2"):
+    for line in (
+        "wheel: SIGILL here",
+        "source: exited with status 1",
+        "portable: portable: cmake exited with 2",
+    ):
         assert line in text
 
 
@@ -177,10 +197,10 @@ def test_a_cached_choice_whose_binary_is_gone_is_probed_again(tmp_path):
     ("change", "same"),
     [
         (lambda c, m, g: (c, m, g), True),
-        (lambda c, m, g: (AVX512, m, g), False),                       # another CPU
+        (lambda c, m, g: (AVX512, m, g), False),  # another CPU
         (lambda c, m, g: (c, Path("/other/SmolLM2-135M-Instruct.Q4_1.gguf"), g), True),
-        (lambda c, m, g: (c, Path("/m/gemma.gguf"), g), False),         # another model
-        (lambda c, m, g: (c, m, True), False),                          # GPU mode
+        (lambda c, m, g: (c, Path("/m/gemma.gguf"), g), False),  # another model
+        (lambda c, m, g: (c, m, True), False),  # GPU mode
     ],
 )
 def test_the_key_covers_cpu_model_and_gpu_mode(tmp_path, change, same):
@@ -199,7 +219,7 @@ def _swap(args, cands):
     [
         (AVX2, False, None, ["wheel", "source", "portable"]),
         (AVX512, False, "/usr/bin/nvcc", ["wheel", "source", "portable"]),
-        (GRAVITON, False, None, ["source", "portable"]),   # the wheel is x86-64 only
+        (GRAVITON, False, None, ["source", "portable"]),  # the wheel is x86-64 only
         (AVX2, True, None, ["wheel"]),
         (AVX2, True, "/usr/local/cuda/bin/nvcc", ["wheel", "cuda"]),
         (GRAVITON, True, "/usr/bin/nvcc", ["cuda"]),
@@ -219,8 +239,10 @@ def test_the_wheel_is_passed_over_by_its_flags_only_on_the_cpu(gpu, requires):
 
 
 def test_llama_build_names_the_order_and_refuses_unknown_names():
-    assert [c.name for c in candidates(AVX2, order=["portable", "source"])] == \
-        ["portable", "source"]
+    assert [c.name for c in candidates(AVX2, order=["portable", "source"])] == [
+        "portable",
+        "source",
+    ]
     with pytest.raises(NoBuildRuns, match=r"LLAMA_BUILD names \['cuda'\]"):
         candidates(AVX2, order=["cuda"])
 
@@ -233,6 +255,7 @@ def test_cuda_is_built_with_this_cpus_flags_and_cuda():
 
 def test_a_build_made_with_other_flags_is_not_trusted(tmp_path):
     from scripts.fetch import _recipe, source_dir, source_present
+
     root = source_dir("avx2")
     (root / "build" / "bin").mkdir(parents=True)
     (root / "build" / "bin" / "llama-server").write_text("binary")
@@ -244,6 +267,8 @@ def test_a_build_made_with_other_flags_is_not_trusted(tmp_path):
 
 def test_the_key_covers_the_whole_flags_line(tmp_path):
     from dataclasses import replace
+
     cands = _cands(Fake(tmp_path, {}))
-    assert choice_key(replace(AVX2, signature="a"), cands, MODEL, False) != \
-        choice_key(replace(AVX2, signature="b"), cands, MODEL, False)
+    assert choice_key(replace(AVX2, signature="a"), cands, MODEL, False) != choice_key(
+        replace(AVX2, signature="b"), cands, MODEL, False
+    )

@@ -44,5 +44,11 @@ def test_impossible_settings_are_refused(argv, env):
 
 def test_help_names_every_environment_variable():
     text = build_parser().format_help()
-    for env in ("PROXY_PORT", "UPSTREAM_URL", "PROXY_API_KEY", "PROXY_DEADLINE", "PROXY_MAX_QUEUED"):
+    for env in (
+        "PROXY_PORT",
+        "UPSTREAM_URL",
+        "PROXY_API_KEY",
+        "PROXY_DEADLINE",
+        "PROXY_MAX_QUEUED",
+    ):
         assert env in text

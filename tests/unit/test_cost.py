@@ -5,9 +5,19 @@ import pytest
 from proxy.cost import BATCH, CHUNK, ONE, CostModel, StepCost, kind_of
 
 
-@pytest.mark.parametrize(("evaluated", "ubatch", "kind"), [
-    (1, 63, ONE), (0, 63, ONE), (2, 63, CHUNK), (500, 63, CHUNK), (63, 512, CHUNK),
-    (64, 512, BATCH), (64, 0, BATCH), (64, 63, CHUNK)])
+@pytest.mark.parametrize(
+    ("evaluated", "ubatch", "kind"),
+    [
+        (1, 63, ONE),
+        (0, 63, ONE),
+        (2, 63, CHUNK),
+        (500, 63, CHUNK),
+        (63, 512, CHUNK),
+        (64, 512, BATCH),
+        (64, 0, BATCH),
+        (64, 63, CHUNK),
+    ],
+)
 def test_kind_of(evaluated, ubatch, kind):
     assert kind_of(evaluated, ubatch) == kind
 

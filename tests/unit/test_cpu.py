@@ -13,9 +13,11 @@ AMX = AVX512 | {"amx_tile", "amx_int8", "amx_bf16"}
 
 def test_read_cpu_keeps_the_flags_that_matter(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\n"
-                    "flags\t\t: fpu vme sse4_2 avx f16c fma avx2 bmi2 sha_ni rdrand\n\n"
-                    "processor\t: 1\nflags\t\t: fpu\n")
+    info.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC 9R14\n"
+        "flags\t\t: fpu vme sse4_2 avx f16c fma avx2 bmi2 sha_ni rdrand\n\n"
+        "processor\t: 1\nflags\t\t: fpu\n"
+    )
     cpu = read_cpu(info, arch="x86_64")
     assert (cpu.arch, cpu.features, cpu.model) == ("x86_64", frozenset(AVX2), "AMD EPYC 9R14")
     other = tmp_path / "other"  # the same features plus one flag the kernel lists
@@ -25,11 +27,16 @@ def test_read_cpu_keeps_the_flags_that_matter(tmp_path):
 
 def test_read_cpu_on_aarch64_reads_features(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm aes asimdhp asimddp i8mm sve\n"
-                    "CPU part\t: 0xd40\n")
+    info.write_text(
+        "processor\t: 0\nFeatures\t: fp asimd evtstrm aes asimdhp asimddp i8mm sve\n"
+        "CPU part\t: 0xd40\n"
+    )
     cpu = read_cpu(info, arch="aarch64")
     assert (cpu.arch, cpu.features, cpu.model) == (
-        "aarch64", frozenset({"asimd", "asimdhp", "asimddp", "i8mm", "sve"}), "0xd40")
+        "aarch64",
+        frozenset({"asimd", "asimdhp", "asimddp", "i8mm", "sve"}),
+        "0xd40",
+    )
 
 
 def test_an_unreadable_cpuinfo_gives_no_features(tmp_path):
@@ -53,7 +60,7 @@ def test_level_in_words(arch, features, words):
 
 
 def _on(flags: list[str]) -> set[str]:
-    return {f[len("-DGGML_"):-len("=ON")] for f in flags if f.endswith("=ON")}
+    return {f[len("-DGGML_") : -len("=ON")] for f in flags if f.endswith("=ON")}
 
 
 @pytest.mark.parametrize(
@@ -62,10 +69,13 @@ def _on(flags: list[str]) -> set[str]:
         (AVX2, "sse42-avx-f16c-fma-avx2-bmi2", {"SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"}),
         # AVX-512 and AMX are never switched on (slower, or SIGILL: docs/llama-server.md)
         (AMX, "sse42-avx-f16c-fma-avx2-bmi2", {"SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"}),
-        (AVX2 | {"avx_vnni"}, "sse42-avx-f16c-fma-avx2-bmi2-avx_vnni",
-         {"SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI"}),
+        (
+            AVX2 | {"avx_vnni"},
+            "sse42-avx-f16c-fma-avx2-bmi2-avx_vnni",
+            {"SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI"},
+        ),
         ({"sse4_2", "avx"}, "sse42-avx", {"SSE42", "AVX"}),
-        ({"sse4_2", "avx", "avx2"}, "sse42-avx", {"SSE42", "AVX"}),   # AVX2 without FMA/F16C
+        ({"sse4_2", "avx", "avx2"}, "sse42-avx", {"SSE42", "AVX"}),  # AVX2 without FMA/F16C
         (set(), "x86-64", set()),
     ],
 )
@@ -80,14 +90,19 @@ def test_x86_source_flags_switch_on_what_the_cpu_has_and_off_the_rest(features, 
 @pytest.mark.parametrize(
     ("features", "tag", "arch_flag"),
     [
-        ({"asimd", "asimddp", "asimdhp", "i8mm", "sve"}, "armv8.2-a-dotprod-fp16-i8mm",
-         "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16+i8mm"),
+        (
+            {"asimd", "asimddp", "asimdhp", "i8mm", "sve"},
+            "armv8.2-a-dotprod-fp16-i8mm",
+            "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16+i8mm",
+        ),
         ({"asimd"}, "armv8-a", "-DGGML_CPU_ARM_ARCH=armv8-a"),
     ],
 )
 def test_arm_source_flags_name_the_architecture(features, tag, arch_flag):
     assert source_build(Cpu("aarch64", frozenset(features))) == (
-        tag, ["-DGGML_NATIVE=OFF", arch_flag])
+        tag,
+        ["-DGGML_NATIVE=OFF", arch_flag],
+    )
 
 
 @pytest.mark.parametrize(

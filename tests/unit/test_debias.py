@@ -76,9 +76,13 @@ EXACT = {"rel": 1e-12, "abs": 1e-15}
 
 @pytest.mark.parametrize(
     ("spec", "n", "expected"),
-    [(None, 3, (None, [])), ("cyclic", 3, ("cyclic", [0, 1, 2])),
-     ({"method": "cyclic", "rotations": 2}, 4, ("cyclic", [0, 2])),
-     ("pride", 3, ("pride", [])), ("contextual", 2, ("contextual", []))],
+    [
+        (None, 3, (None, [])),
+        ("cyclic", 3, ("cyclic", [0, 1, 2])),
+        ({"method": "cyclic", "rotations": 2}, 4, ("cyclic", [0, 2])),
+        ("pride", 3, ("pride", [])),
+        ("contextual", 2, ("contextual", [])),
+    ],
 )
 def test_parse_debias(spec, n, expected):
     assert parse_debias(spec, n) == expected
@@ -108,7 +112,10 @@ def test_question_prior_is_the_softmax_of_mean_log_probabilities_per_position():
     # option x strong (0.9 shown first, 0.6 shown second): the option's merit cancels out
     reads = [(0.9, 0.1), (0.4, 0.6)]  # shift 0: (x, y); shift 1: (y, x)
     a, b = (ln(0.9) + ln(0.4)) / 2, (ln(0.1) + ln(0.6)) / 2
-    expected = [math.exp(a) / (math.exp(a) + math.exp(b)), math.exp(b) / (math.exp(a) + math.exp(b))]
+    expected = [
+        math.exp(a) / (math.exp(a) + math.exp(b)),
+        math.exp(b) / (math.exp(a) + math.exp(b)),
+    ]
     assert question_prior(reads) == pytest.approx(expected, **EXACT)
     assert expected[0] == pytest.approx(0.6 / (0.6 + math.sqrt(0.06)), **EXACT)
 
@@ -138,10 +145,14 @@ def test_a_prior_estimated_from_rotations_undoes_the_preference_it_measured():
 
 
 def test_the_content_free_conversation_replaces_the_last_user_turn():
-    convo = [{"role": "system", "content": "s"}, {"role": "user", "content": "first"},
-             {"role": "assistant", "content": "ok"}, {"role": "user", "content": [
-                 {"type": "text", "text": "x"}]}]
+    convo = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "text", "text": "x"}]},
+    ]
     assert content_free(convo) == [*convo[:3], {"role": "user", "content": "N/A"}]
     assert convo[3]["content"] == [{"type": "text", "text": "x"}]  # the request is not touched
     assert content_free([{"role": "system", "content": "s"}]) == [
-        {"role": "system", "content": "N/A"}]
+        {"role": "system", "content": "N/A"}
+    ]

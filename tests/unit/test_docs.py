@@ -58,14 +58,19 @@ def links(page: Path) -> list[str]:
     return [m.group(1) for line in _prose(page.read_text()) for m in _LINK.finditer(line)]
 
 
-@pytest.mark.parametrize("heading, expected", [
-    ("Quick start", "quick-start"),
-    ("Which llama-server, and why", "which-llama-server-and-why"),
-    ("`POST /v1/systemone`: System One", "post-v1systemone-system-one"),
-    ("Calibration: probabilities you can set a threshold on",
-     "calibration-probabilities-you-can-set-a-threshold-on"),
-    ("snake_case and [a link](x.md)", "snake_case-and-a-link"),
-])
+@pytest.mark.parametrize(
+    "heading, expected",
+    [
+        ("Quick start", "quick-start"),
+        ("Which llama-server, and why", "which-llama-server-and-why"),
+        ("`POST /v1/systemone`: System One", "post-v1systemone-system-one"),
+        (
+            "Calibration: probabilities you can set a threshold on",
+            "calibration-probabilities-you-can-set-a-threshold-on",
+        ),
+        ("snake_case and [a link](x.md)", "snake_case-and-a-link"),
+    ],
+)
 def test_slug_follows_githubs_rules(heading, expected):
     assert slug(heading) == expected
 
@@ -87,25 +92,31 @@ def test_every_relative_link_and_anchor_resolves(page):
 
 def test_the_link_check_finds_a_broken_link_and_a_broken_anchor(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# Title\n\n[ok](#title) [gone](missing.md) [bad](#nowhere)\n"
-                    "```\n[in code](not-checked.md)\n```\n")
+    page.write_text(
+        "# Title\n\n[ok](#title) [gone](missing.md) [bad](#nowhere)\n"
+        "```\n[in code](not-checked.md)\n```\n"
+    )
     assert links(page) == ["#title", "missing.md", "#nowhere"]
     assert anchors(page) == {"title"}
 
 
 def test_the_settings_tables_are_the_ones_the_settings_render():
     readme = (ROOT / "README.md").read_text()
-    assert settings_doc.render_readme(readme) == readme, \
+    assert settings_doc.render_readme(readme) == readme, (
         "README.md's settings table is stale: run python scripts/settings_doc.py"
-    assert (ROOT / "docs" / "configuration.md").read_text() == \
-        settings_doc.render_configuration(), \
+    )
+    assert (
+        ROOT / "docs" / "configuration.md"
+    ).read_text() == settings_doc.render_configuration(), (
         "docs/configuration.md is stale: run python scripts/settings_doc.py"
+    )
 
 
 def test_every_setting_is_in_the_table():
     from dataclasses import fields
 
     from proxy.config import Settings
+
     table = settings_doc.table()
     assert all(f"`--{f.name.replace('_', '-')}`" in table for f in fields(Settings))
     assert table.count("\n") == len(fields(Settings)) + 1
@@ -120,6 +131,10 @@ def test_the_readme_is_short_and_narrow():
 
 def test_nothing_points_outside_the_repository():
     facts = "FAC" + "TS"  # the outside file's name, spelled so that this line is no hit
-    found = subprocess.run(["git", "grep", "-n", "-e", r"\.\./shared", "-e", facts],
-                           cwd=ROOT, capture_output=True, text=True)
+    found = subprocess.run(
+        ["git", "grep", "-n", "-e", r"\.\./shared", "-e", facts],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert not found.stdout, found.stdout

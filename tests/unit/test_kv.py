@@ -9,36 +9,48 @@ import pytest
 
 from proxy.kv import MAX_SMALL_CHUNK, Held, SlotBook, Step, after, lone_last, plan, plan_prefix
 
-S = tuple(range(100, 110))         # a shared segment of 10 tokens
-Q = tuple(range(200, 206))         # a question of 6 tokens
-P = S + Q                          # 16 tokens
+S = tuple(range(100, 110))  # a shared segment of 10 tokens
+Q = tuple(range(200, 206))  # a question of 6 tokens
+P = S + Q  # 16 tokens
 
 
-def _h(tokens, s_len=len(S)):
+S_LEN = len(S)
+
+
+def _h(tokens, s_len=S_LEN):
     return Held(tuple(tokens), s_len)
 
 
-@pytest.mark.parametrize("holds, steps", [
-    # nothing known: S cold, the question but its last token as one chunk, the last alone
-    (None, [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
-    # another state (sharing a header) does not count: S cold again
-    (_h((100, 101, 999)), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
-    # the same tokens held with another segment length went through other kernels: cold
-    (_h(P, s_len=12), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
-    (_h(S + Q, s_len=8), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
-    # the same S, another question after it: from the end of S
-    (_h(S + (300, 301)), [Step(15, True, 10, 5), Step(16, True, 15, 1)]),
-    # another question sharing the first two question tokens: from there
-    (_h(S + Q[:2] + (300,)), [Step(15, True, 12, 3), Step(16, True, 15, 1)]),
-    # the whole prompt known (a replay): only the last token, again
-    (_h(P), [Step(16, True, 15, 1)]),
-    (_h(P + (7, 8)), [Step(16, True, 15, 1)]),
-    # all but the last token known: the last one alone
-    (_h(P[:15]), [Step(16, True, 15, 1)]),
-    # all but two known: a one-token chunk would take another kernel, so the slot drops
-    # one more token (a junk token in its place) and the chunk is two long
-    (_h(P[:14]), [Step(14, True, 13, 1, junk=0), Step(15, True, 13, 2), Step(16, True, 15, 1)]),
-])
+@pytest.mark.parametrize(
+    "holds, steps",
+    [
+        # nothing known: S cold, the question but its last token as one chunk, the last alone
+        (None, [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+        # another state (sharing a header) does not count: S cold again
+        (
+            _h((100, 101, 999)),
+            [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)],
+        ),
+        # the same tokens held with another segment length went through other kernels: cold
+        (_h(P, s_len=12), [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+        (
+            _h(S + Q, s_len=8),
+            [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)],
+        ),
+        # the same S, another question after it: from the end of S
+        (_h(S + (300, 301)), [Step(15, True, 10, 5), Step(16, True, 15, 1)]),
+        # another question sharing the first two question tokens: from there
+        (_h(S + Q[:2] + (300,)), [Step(15, True, 12, 3), Step(16, True, 15, 1)]),
+        # the whole prompt known (a replay): only the last token, again
+        (_h(P), [Step(16, True, 15, 1)]),
+        (_h(P + (7, 8)), [Step(16, True, 15, 1)]),
+        # all but the last token known: the last one alone
+        (_h(P[:15]), [Step(16, True, 15, 1)]),
+        # all but two known: a one-token chunk would take another kernel, so the slot drops
+        # one more token (a junk token in its place) and the chunk is two long
+        (_h(P[:14]), [Step(14, True, 13, 1, junk=0), Step(15, True, 13, 2), Step(16, True, 15, 1)]),
+    ],
+)
 def test_plan(holds, steps):
     assert plan(holds, len(S), P) == steps
 
@@ -53,8 +65,11 @@ def test_a_long_question_goes_in_chunks_of_2_to_63_tokens():
 
 def test_a_two_token_question_reads_its_first_token_alone_every_time():
     prompt = S + (1, 2)
-    assert plan(None, len(S), prompt) == [Step(10, False, 0, 10), Step(11, True, 10, 1),
-                                          Step(12, True, 11, 1)]
+    assert plan(None, len(S), prompt) == [
+        Step(10, False, 0, 10),
+        Step(11, True, 10, 1),
+        Step(12, True, 11, 1),
+    ]
     assert plan(_h(S + (9,)), len(S), prompt) == [Step(11, True, 10, 1), Step(12, True, 11, 1)]
 
 
@@ -138,34 +153,46 @@ async def test_a_book_of_some_slots_leases_only_those():
 
 # -- the prefix scheme (a llama-server with -ub 63) --------------------------------------
 
-LONG = tuple(range(1000, 1300))    # 300 tokens: its last row alone is past 256 cells
-SHORT = tuple(range(1000, 1200))   # 200 tokens: every row within 256 cells
+LONG = tuple(range(1000, 1300))  # 300 tokens: its last row alone is past 256 cells
+SHORT = tuple(range(1000, 1200))  # 200 tokens: every row within 256 cells
 
 
-@pytest.mark.parametrize("holds, prompt, steps", [
-    # nothing known, short: one request from position 0, the last row in it
-    (None, SHORT, [Step(200, False, 0, 200)]),
-    # nothing known, long: all but the last from position 0, then the last alone
-    (None, LONG, [Step(299, False, 0, 299), Step(300, True, 299, 1)]),
-    # another conversation with the same opening: llama-server's prefix is as good as cold
-    (Held(SHORT[:30] + (7,), 0), SHORT, [Step(200, True, 30, 170)]),
-    (Held(LONG[:100] + (7,), 0), LONG, [Step(299, True, 100, 199), Step(300, True, 299, 1)]),
-    # a replay, and a prompt held with more after it: the last row alone again
-    (Held(SHORT, 0), SHORT, [Step(200, True, 199, 1)]),
-    (Held(LONG, 0, lone_last=True), LONG, [Step(300, True, 299, 1)]),
-    (Held(LONG + (5, 6), 0), LONG, [Step(300, True, 299, 1)]),
-    # a longer prompt after a long read: its lone last row is dropped first
-    (Held(LONG[:280], 0, lone_last=True), LONG,
-     [Step(280, True, 279, 1, junk=0), Step(299, True, 279, 20), Step(300, True, 299, 1)]),
-    # ... a short read's last row was in the per-row kernel: kept
-    (Held(LONG[:200], 0), LONG, [Step(299, True, 200, 99), Step(300, True, 299, 1)]),
-    # a last piece of one token past 256 cells (64 = 63 + 1) is avoided: two rows first
-    (Held(LONG[:235], 0), LONG,
-     [Step(237, True, 235, 2), Step(299, True, 237, 62), Step(300, True, 299, 1)]),
-    # ... and when one row is all that is missing, the slot drops one more
-    (Held(LONG[:298], 0), LONG,
-     [Step(298, True, 297, 1, junk=0), Step(299, True, 297, 2), Step(300, True, 299, 1)]),
-])
+@pytest.mark.parametrize(
+    "holds, prompt, steps",
+    [
+        # nothing known, short: one request from position 0, the last row in it
+        (None, SHORT, [Step(200, False, 0, 200)]),
+        # nothing known, long: all but the last from position 0, then the last alone
+        (None, LONG, [Step(299, False, 0, 299), Step(300, True, 299, 1)]),
+        # another conversation with the same opening: llama-server's prefix is as good as cold
+        (Held(SHORT[:30] + (7,), 0), SHORT, [Step(200, True, 30, 170)]),
+        (Held(LONG[:100] + (7,), 0), LONG, [Step(299, True, 100, 199), Step(300, True, 299, 1)]),
+        # a replay, and a prompt held with more after it: the last row alone again
+        (Held(SHORT, 0), SHORT, [Step(200, True, 199, 1)]),
+        (Held(LONG, 0, lone_last=True), LONG, [Step(300, True, 299, 1)]),
+        (Held(LONG + (5, 6), 0), LONG, [Step(300, True, 299, 1)]),
+        # a longer prompt after a long read: its lone last row is dropped first
+        (
+            Held(LONG[:280], 0, lone_last=True),
+            LONG,
+            [Step(280, True, 279, 1, junk=0), Step(299, True, 279, 20), Step(300, True, 299, 1)],
+        ),
+        # ... a short read's last row was in the per-row kernel: kept
+        (Held(LONG[:200], 0), LONG, [Step(299, True, 200, 99), Step(300, True, 299, 1)]),
+        # a last piece of one token past 256 cells (64 = 63 + 1) is avoided: two rows first
+        (
+            Held(LONG[:235], 0),
+            LONG,
+            [Step(237, True, 235, 2), Step(299, True, 237, 62), Step(300, True, 299, 1)],
+        ),
+        # ... and when one row is all that is missing, the slot drops one more
+        (
+            Held(LONG[:298], 0),
+            LONG,
+            [Step(298, True, 297, 1, junk=0), Step(299, True, 297, 2), Step(300, True, 299, 1)],
+        ),
+    ],
+)
 def test_plan_prefix(holds, prompt, steps):
     assert plan_prefix(holds, prompt, 63) == steps
 
@@ -176,12 +203,15 @@ def test_plan_prefix_counts_pieces_per_logical_batch():
     assert steps == [Step(2, False, 0, 2), Step(2049, True, 2, 2047), Step(2050, True, 2049, 1)]
 
 
-@pytest.mark.parametrize("step, lone", [
-    (Step(300, True, 299, 1), True),     # the last row of a long read
-    (Step(200, True, 199, 1), False),    # within 256 cells: the per-row kernel
-    (Step(300, True, 236, 64), True),    # a last piece of one
-    (Step(300, True, 237, 63), False),
-])
+@pytest.mark.parametrize(
+    "step, lone",
+    [
+        (Step(300, True, 299, 1), True),  # the last row of a long read
+        (Step(200, True, 199, 1), False),  # within 256 cells: the per-row kernel
+        (Step(300, True, 236, 64), True),  # a last piece of one
+        (Step(300, True, 237, 63), False),
+    ],
+)
 def test_lone_last(step, lone):
     assert lone_last(step, 63) is lone
 
@@ -246,8 +276,9 @@ async def test_questions_sent_at_once_about_one_long_state_all_wait_for_the_slot
     questions = [state + tuple(range(i * 100, i * 100 + 40)) for i in range(16)]
     first = book.lease(questions[0], by_prefix=True)
     slot = await first.__aenter__()
-    rest = [asyncio.ensure_future(book.lease(q, by_prefix=True).__aenter__())
-            for q in questions[1:]]
+    rest = [
+        asyncio.ensure_future(book.lease(q, by_prefix=True).__aenter__()) for q in questions[1:]
+    ]
     await asyncio.sleep(0)
     assert not any(r.done() for r in rest)  # 15 x (40 + 16) < 1,600: none evaluates it again
     assert sorted(book._free) == sorted({0, 1, 2, 3} - {slot})

@@ -6,10 +6,41 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.metrics import Metrics, merged
 
-LATENCY = ("0.002", "0.005", "0.0075", "0.01", "0.0125", "0.015", "0.02", "0.025", "0.05", "0.1",
-           "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "25.0", "60.0")
-UNIT = ("0.05", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "0.95", "0.99",
-        "1.0")
+LATENCY = (
+    "0.002",
+    "0.005",
+    "0.0075",
+    "0.01",
+    "0.0125",
+    "0.015",
+    "0.02",
+    "0.025",
+    "0.05",
+    "0.1",
+    "0.25",
+    "0.5",
+    "1.0",
+    "2.5",
+    "5.0",
+    "10.0",
+    "25.0",
+    "60.0",
+)
+UNIT = (
+    "0.05",
+    "0.1",
+    "0.2",
+    "0.3",
+    "0.4",
+    "0.5",
+    "0.6",
+    "0.7",
+    "0.8",
+    "0.9",
+    "0.95",
+    "0.99",
+    "1.0",
+)
 COUNTS = ("1.0", "2.0", "4.0", "8.0", "16.0", "32.0", "64.0", "128.0", "256.0", "400.0")
 OPTIONS = ("2.0", "3.0", "5.0", "10.0", "26.0", "64.0", "128.0", "255.0")
 DOCUMENTS = ("1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "255.0", "1000.0")
@@ -27,17 +58,20 @@ def _buckets(text: str, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     raise AssertionError(f"{name} not exposed")
 
 
-@pytest.mark.parametrize(("attribute", "name", "labels", "bounds"), [
-    ("latency", "semif_request_duration_seconds", ("route", "kind", "outcome"), LATENCY),
-    ("upstream_time", "semif_decision_upstream_seconds", ("route",), LATENCY),
-    ("proxy_time", "semif_decision_proxy_seconds", ("route",), LATENCY),
-    ("questions", "semif_questions_per_request", (), COUNTS),
-    ("options", "semif_options_per_question", (), OPTIONS),
-    ("label_mass", "semif_label_mass_ratio", (), UNIT),
-    ("confidence", "semif_decision_confidence_ratio", ("type",), UNIT),
-    ("rerank_documents", "semif_rerank_documents", ("method",), DOCUMENTS),
-    ("rerank_seconds", "semif_rerank_seconds_per_document", ("method",), LATENCY),
-])
+@pytest.mark.parametrize(
+    ("attribute", "name", "labels", "bounds"),
+    [
+        ("latency", "semif_request_duration_seconds", ("route", "kind", "outcome"), LATENCY),
+        ("upstream_time", "semif_decision_upstream_seconds", ("route",), LATENCY),
+        ("proxy_time", "semif_decision_proxy_seconds", ("route",), LATENCY),
+        ("questions", "semif_questions_per_request", (), COUNTS),
+        ("options", "semif_options_per_question", (), OPTIONS),
+        ("label_mass", "semif_label_mass_ratio", (), UNIT),
+        ("confidence", "semif_decision_confidence_ratio", ("type",), UNIT),
+        ("rerank_documents", "semif_rerank_documents", ("method",), DOCUMENTS),
+        ("rerank_seconds", "semif_rerank_seconds_per_document", ("method",), LATENCY),
+    ],
+)
 def test_names_labels_and_buckets(attribute, name, labels, bounds):
     metrics = Metrics()
     histogram = getattr(metrics, attribute)
@@ -51,9 +85,12 @@ def test_two_workers_histograms_add_up_bucket_by_bucket():
         one.latency.labels("/v1/systemone", "decision", "ok").observe(value)
     two.latency.labels("/v1/systemone", "decision", "ok").observe(0.004)
     text = merged([one.render().decode(), two.render().decode()]).decode()
-    samples = {(s.name, s.labels.get("le")): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples
-               if s.name.startswith("semif_request_duration_seconds")}
+    samples = {
+        (s.name, s.labels.get("le")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("semif_request_duration_seconds")
+    }
     name = "semif_request_duration_seconds"
     assert samples[(name + "_bucket", "0.002")] == 0
     assert samples[(name + "_bucket", "0.005")] == 2
@@ -61,6 +98,11 @@ def test_two_workers_histograms_add_up_bucket_by_bucket():
     assert samples[(name + "_count", None)] == 3
     assert samples[(name + "_sum", None)] == pytest.approx(0.507)
     created = [text_string_to_metric_families(m.render().decode()) for m in (one, two)]
-    earliest = min(s.value for families in created for family in families
-                   for s in family.samples if s.name == name + "_created")
+    earliest = min(
+        s.value
+        for families in created
+        for family in families
+        for s in family.samples
+        if s.name == name + "_created"
+    )
     assert samples[(name + "_created", None)] == earliest  # the first process's

@@ -59,7 +59,8 @@ def _valid(name: str, body: Any) -> None:
     """``body`` (as JSON) is valid in the document's schema ``name``."""
     schema = {"$ref": f"urn:doc#/components/schemas/{name}"}
     jsonschema.Draft202012Validator(schema, registry=_REGISTRY).validate(
-        orjson.loads(orjson.dumps(body)))
+        orjson.loads(orjson.dumps(body))
+    )
 
 
 def _answers(model: type[BaseModel], body: dict[str, Any]) -> None:
@@ -122,49 +123,143 @@ MESSAGES = [{"role": "user", "content": "Ticket: where is my parcel?"}]
 # bodies the code accepts (the protocol unit tests' valid cases), valid in the document
 ACCEPTED = [
     ("ChatDecisionRequest", {"messages": MESSAGES, "semif": {"options": ["a", "b"]}}),
-    ("ChatDecisionRequest", {"messages": MESSAGES, "model": 7, "n": 1, "tools": [],
-                             "response_format": None, "logprobs": True, "top_logprobs": 20,
-                             "stream": True, "stream_options": {"include_usage": True},
-                             "semif": {"options": {"🚚 ship": None, "bill": "money"},
-                                       "temperature": 2, "debias": "cyclic",
-                                       "calibration": "p", "label_mass_floor": 0.3,
-                                       "layout": "options_first"}}),
+    (
+        "ChatDecisionRequest",
+        {
+            "messages": MESSAGES,
+            "model": 7,
+            "n": 1,
+            "tools": [],
+            "response_format": None,
+            "logprobs": True,
+            "top_logprobs": 20,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "semif": {
+                "options": {"🚚 ship": None, "bill": "money"},
+                "temperature": 2,
+                "debias": "cyclic",
+                "calibration": "p",
+                "label_mass_floor": 0.3,
+                "layout": "options_first",
+            },
+        },
+    ),
     ("ChatDecisionRequest", {"messages": MESSAGES, "semif": {"type": "noul"}}),
-    ("ChatDecisionRequest", {"messages": MESSAGES, "semif": {
-        "type": "noul", "options": {"true": "spam"}, "debias": {"method": "cyclic"}}}),
-    ("ChatDecisionRequest", {"messages": MESSAGES, "semif": {
-        "type": "score", "options": ["low", {"level": "high"}], "temperature": 5e-324}}),
-    ("ChatDecisionRequest", {"semif": {"options": ["a", "b"]}, "messages": [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "42"}]}]}),
+    (
+        "ChatDecisionRequest",
+        {
+            "messages": MESSAGES,
+            "semif": {"type": "noul", "options": {"true": "spam"}, "debias": {"method": "cyclic"}},
+        },
+    ),
+    (
+        "ChatDecisionRequest",
+        {
+            "messages": MESSAGES,
+            "semif": {
+                "type": "score",
+                "options": ["low", {"level": "high"}],
+                "temperature": 5e-324,
+            },
+        },
+    ),
+    (
+        "ChatDecisionRequest",
+        {
+            "semif": {"options": ["a", "b"]},
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "42"}]},
+            ],
+        },
+    ),
     ("ChatPassThroughRequest", {"messages": MESSAGES, "max_tokens": 4, "stream": True}),
     ("ChatPassThroughRequest", {"messages": MESSAGES, "semif": None, "max_tokens": None}),
-    ("SystemOneRequest", {
-        "model": "jev-latest", "state": {"subject": "Duplicate charge"}, "unknown": 1,
-        "x_debias": {"method": "cyclic", "rotations": 2}, "x_calibration": "p",
-        "x_label_mass_floor": 0.5, "questions": {
-            "route": {"type": "choice", "instructions": {"task": "route"},
-                      "criteria": {" Billing ": ["money"], "🚚 shipping": None}},
-            "urgency": {"type": "score", "criteria": ["low", {"level": "high"}]},
-            "spam": {"type": "noul", "criteria": {"true": "advertising"}},
-            "plain": {"type": "noul", "criteria": None}}}),
-    ("SystemOneRequest", {"state": ["a"], "x_debias": "pride", "questions": {
-        "c": {"type": "choice", "criteria": ["a", "b"]}}}),
-    ("DecisionsRequest", {"model": "m", "input": "parcel", "questions": [
-        {"type": "predicate", "instructions": "Is it about shipping?"},
-        {"type": "choice", "name": "team", "instructions": [
-            {"type": "input_text", "text": "Which team?"}],
-         "choices": [{"value": "billing", "description": "money"}, {"value": True}]},
-        {"type": "score", "instructions": "How urgent?",
-         "levels": [{"label": "low"}, {"label": "high"}]}]}),
-    ("DecisionsRequest", {"model": "m", "prompt_cache_key": "k", "input": [
-        {"role": "user", "content": [{"type": "input_json", "data": {"a": [1]}}]},
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c", "output": "ok"}],
-        "questions": [{"type": "predicate", "instructions": "Done?"}]}),
-    ("RerankRequest", {"query": "q", "documents": ["a", {"text": "b", "id": 3}], "top_n": 1,
-                       "return_documents": True, "model": None, "x_method": "listwise"}),
+    (
+        "SystemOneRequest",
+        {
+            "model": "jev-latest",
+            "state": {"subject": "Duplicate charge"},
+            "unknown": 1,
+            "x_debias": {"method": "cyclic", "rotations": 2},
+            "x_calibration": "p",
+            "x_label_mass_floor": 0.5,
+            "questions": {
+                "route": {
+                    "type": "choice",
+                    "instructions": {"task": "route"},
+                    "criteria": {" Billing ": ["money"], "🚚 shipping": None},
+                },
+                "urgency": {"type": "score", "criteria": ["low", {"level": "high"}]},
+                "spam": {"type": "noul", "criteria": {"true": "advertising"}},
+                "plain": {"type": "noul", "criteria": None},
+            },
+        },
+    ),
+    (
+        "SystemOneRequest",
+        {
+            "state": ["a"],
+            "x_debias": "pride",
+            "questions": {"c": {"type": "choice", "criteria": ["a", "b"]}},
+        },
+    ),
+    (
+        "DecisionsRequest",
+        {
+            "model": "m",
+            "input": "parcel",
+            "questions": [
+                {"type": "predicate", "instructions": "Is it about shipping?"},
+                {
+                    "type": "choice",
+                    "name": "team",
+                    "instructions": [{"type": "input_text", "text": "Which team?"}],
+                    "choices": [{"value": "billing", "description": "money"}, {"value": True}],
+                },
+                {
+                    "type": "score",
+                    "instructions": "How urgent?",
+                    "levels": [{"label": "low"}, {"label": "high"}],
+                },
+            ],
+        },
+    ),
+    (
+        "DecisionsRequest",
+        {
+            "model": "m",
+            "prompt_cache_key": "k",
+            "input": [
+                {"role": "user", "content": [{"type": "input_json", "data": {"a": [1]}}]},
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": "ok"},
+            ],
+            "questions": [{"type": "predicate", "instructions": "Done?"}],
+        },
+    ),
+    (
+        "RerankRequest",
+        {
+            "query": "q",
+            "documents": ["a", {"text": "b", "id": 3}],
+            "top_n": 1,
+            "return_documents": True,
+            "model": None,
+            "x_method": "listwise",
+        },
+    ),
     ("CompletionsRequest", {"prompt": "Once upon", "max_tokens": 4, "stream": True}),
     ("EmbeddingsRequest", {"input": ["a", "b"]}),
 ]
@@ -189,17 +284,25 @@ def test_bodies_the_code_accepts_are_valid_in_the_document(name, body):
 
 def _outcome(question, probs, **extra) -> Outcome:
     logprobs = [math.log(p) if p > 0 else -800.0 for p in probs]
-    return Outcome(decide(question, logprobs), tuple("ABCDEFG"[:len(probs)]), "m", 12, 10, 1,
-                   **extra)
+    return Outcome(
+        decide(question, logprobs), tuple("ABCDEFG"[: len(probs)]), "m", 12, 10, 1, **extra
+    )
 
 
 CHOICE = choice_question({"billing": None, "shipping": "parcels"})
 SCORE = score_question(["low", {"level": "high"}, ["x"]])
 NOUL = noul_question(None)
-READ_DETAILS = {"calibration": {"profile": "p", "method": "temperature"}, "route": "review",
-         "route_reason": "below_threshold", "debias": "cyclic", "debias_note": "why",
-         "rotations": ((0, (0.4, 0.6)), (1, (0.5, 0.5))), "read_scheme": "prefix-63",
-         "repeatable": True, "input_tokens": 30}
+READ_DETAILS = {
+    "calibration": {"profile": "p", "method": "temperature"},
+    "route": "review",
+    "route_reason": "below_threshold",
+    "debias": "cyclic",
+    "debias_note": "why",
+    "rotations": ((0, (0.4, 0.6)), (1, (0.5, 0.5))),
+    "read_scheme": "prefix-63",
+    "repeatable": True,
+    "input_tokens": 30,
+}
 OUTCOMES = [
     _outcome(CHOICE, [0.3, 0.7]),
     _outcome(CHOICE, [0.3, 0.7], layout="options_first", **READ_DETAILS),
@@ -224,36 +327,68 @@ def test_system_one_answers_as_documented():
 
 
 def test_decisions_answer_as_documented():
-    call = decisions.parse_request({"model": "m", "input": "parcel", "questions": [
-        {"type": "predicate", "instructions": "Shipping?"},
-        {"type": "choice", "instructions": "Team?", "name": "team",
-         "choices": [{"value": "billing"}, {"value": True}]},
-        {"type": "score", "instructions": "Urgency?",
-         "levels": [{"label": "low"}, {"label": "mid"}, {"label": "high"}]}]})
-    outcomes = {"0": OUTCOMES[3], "1": _outcome(call.asked[1].question, [0.4, 0.6]),
-                "2": _outcome(call.asked[2].question, [0.2, 0.5, 0.3])}
+    call = decisions.parse_request(
+        {
+            "model": "m",
+            "input": "parcel",
+            "questions": [
+                {"type": "predicate", "instructions": "Shipping?"},
+                {
+                    "type": "choice",
+                    "instructions": "Team?",
+                    "name": "team",
+                    "choices": [{"value": "billing"}, {"value": True}],
+                },
+                {
+                    "type": "score",
+                    "instructions": "Urgency?",
+                    "levels": [{"label": "low"}, {"label": "mid"}, {"label": "high"}],
+                },
+            ],
+        }
+    )
+    outcomes = {
+        "0": OUTCOMES[3],
+        "1": _outcome(call.asked[1].question, [0.4, 0.6]),
+        "2": _outcome(call.asked[2].question, [0.2, 0.5, 0.3]),
+    }
     _answers(decisions.DecisionsResponse, decisions.response_body(call, outcomes))
 
 
 @pytest.mark.parametrize("method", ["pointwise", "listwise"])
 @pytest.mark.parametrize("give", [False, True])
 def test_rerank_answers_as_documented(method, give):
-    call = rerank.parse_request({"query": "q", "documents": ["a", "b", "c"], "top_n": 2,
-                                 "x_method": method, "return_documents": give},
-                                max_documents=10, max_document_chars=100)
+    call = rerank.parse_request(
+        {
+            "query": "q",
+            "documents": ["a", "b", "c"],
+            "top_n": 2,
+            "x_method": method,
+            "return_documents": give,
+        },
+        max_documents=10,
+        max_document_chars=100,
+    )
     if method == "listwise":
         outcomes = {"0": _outcome(rerank.listwise_question(call), [0.2, 0.5, 0.3])}
     else:
-        outcomes = {qid: _outcome(q, [0.6, 0.4], **READ_DETAILS)
-                    for qid, q in rerank.pointwise_questions(call).items()}
+        outcomes = {
+            qid: _outcome(q, [0.6, 0.4], **READ_DETAILS)
+            for qid, q in rerank.pointwise_questions(call).items()
+        }
     body = rerank.response_body(call, rerank.relevance(call, outcomes), outcomes, "m")
     _answers(rerank.RerankResponse, body)
 
 
-@pytest.mark.parametrize("err", [
-    InvalidRequest("bad", param="semif.options"), Overloaded("busy"),
-    UpstreamUnavailable("down"), Unprocessable([{"loc": ["body", "state"], "msg": "m",
-                                                 "type": "missing"}])])
+@pytest.mark.parametrize(
+    "err",
+    [
+        InvalidRequest("bad", param="semif.options"),
+        Overloaded("busy"),
+        UpstreamUnavailable("down"),
+        Unprocessable([{"loc": ["body", "state"], "msg": "m", "type": "missing"}]),
+    ],
+)
 def test_error_bodies_are_documented(err):
     _answers(OpenAIError, openai_error(err).body)
     _answers(ErrorRecord, error_record(err))
@@ -262,9 +397,19 @@ def test_error_bodies_are_documented(err):
 
 
 # A recorded llama-server: one model, ready.
-_MODELS = {"object": "list", "models": [{"name": "smollm2", "model": "smollm2"}],
-           "data": [{"id": "smollm2", "object": "model", "created": 1735689600,
-                     "owned_by": "llamacpp", "meta": {"n_ctx_train": 8192}}]}
+_MODELS = {
+    "object": "list",
+    "models": [{"name": "smollm2", "model": "smollm2"}],
+    "data": [
+        {
+            "id": "smollm2",
+            "object": "model",
+            "created": 1735689600,
+            "owned_by": "llamacpp",
+            "meta": {"n_ctx_train": 8192},
+        }
+    ],
+}
 
 
 def _recorded() -> web.Application:
@@ -272,9 +417,14 @@ def _recorded() -> web.Application:
         return web.json_response(_MODELS)
 
     async def props(request: web.Request) -> web.Response:
-        return web.json_response({"total_slots": 1, "build_info": "b11434",
-                                  "model_path": "/models/smollm2.gguf",
-                                  "default_generation_settings": {"n_ctx": 4096}})
+        return web.json_response(
+            {
+                "total_slots": 1,
+                "build_info": "b11434",
+                "model_path": "/models/smollm2.gguf",
+                "default_generation_settings": {"n_ctx": 4096},
+            }
+        )
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -290,8 +440,12 @@ async def test_the_routes_own_answers_are_documented():
     async with TestServer(_recorded()) as upstream:
         settings = Settings(upstream_url=str(upstream.make_url("")).rstrip("/"))
         async with TestClient(TestServer(create_app(settings))) as client:
-            for path, model in [("/v1/models", ModelList), ("/v1/models/jev-latest", ModelObject),
-                                ("/health", Health), ("/livez", Alive)]:
+            for path, model in [
+                ("/v1/models", ModelList),
+                ("/v1/models/jev-latest", ModelObject),
+                ("/health", Health),
+                ("/livez", Alive),
+            ]:
                 resp = await client.get(path)
                 assert resp.status == 200, await resp.text()
                 _valid(model.__name__, await resp.json())

@@ -48,13 +48,23 @@ def test_block_needs_one_label_per_option():
         ),
         (
             [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}],
-            [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"},
-             {"role": "user", "content": "BLOCK"}],
+            [
+                {"role": "system", "content": "s"},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "BLOCK"},
+            ],
         ),
         (
             [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-            [{"role": "user", "content": [{"type": "text", "text": "hi"},
-                                          {"type": "text", "text": "\n\nBLOCK"}]}],
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "hi"},
+                        {"type": "text", "text": "\n\nBLOCK"},
+                    ],
+                }
+            ],
         ),
     ],
 )
@@ -81,20 +91,36 @@ from proxy.decision.prompt import (  # noqa: E402
 BLOCK = "Which team?\n\nOptions:\nA: billing\nB: shipping\n\n" + ANSWER_INSTRUCTION
 
 
-@pytest.mark.parametrize("messages, expected", [
-    ([{"role": "user", "content": "I was charged twice."}],
-     [{"role": "system", "content": BLOCK},
-      {"role": "user", "content": "I was charged twice.\n\nLabel:"}]),
-    # the caller's system text follows ours, in the same turn
-    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-     [{"role": "system", "content": BLOCK + "\n\nBe brief."},
-      {"role": "user", "content": "Hi\n\n" + ANSWER_CUE}]),
-    # a conversation that does not end with the user: the cue as a user turn of its own
-    ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
-     [{"role": "system", "content": BLOCK}, {"role": "user", "content": "Hi"},
-      {"role": "assistant", "content": "Hello"},
-      {"role": "user", "content": ANSWER_CUE}]),
-])
+@pytest.mark.parametrize(
+    "messages, expected",
+    [
+        (
+            [{"role": "user", "content": "I was charged twice."}],
+            [
+                {"role": "system", "content": BLOCK},
+                {"role": "user", "content": "I was charged twice.\n\nLabel:"},
+            ],
+        ),
+        # the caller's system text follows ours, in the same turn
+        (
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+            [
+                {"role": "system", "content": BLOCK + "\n\nBe brief."},
+                {"role": "user", "content": "Hi\n\n" + ANSWER_CUE},
+            ],
+        ),
+        # a conversation that does not end with the user: the cue as a user turn of its own
+        (
+            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+            [
+                {"role": "system", "content": BLOCK},
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello"},
+                {"role": "user", "content": ANSWER_CUE},
+            ],
+        ),
+    ],
+)
 def test_options_first_puts_the_fixed_part_in_front(messages, expected):
     before = [dict(m) for m in messages]
     assert options_first(messages, BLOCK) == expected

@@ -47,10 +47,20 @@ TEMPERATURES = st.floats(min_value=1e-2, max_value=1e2)
 
 # -- generated input ---------------------------------------------------------------------------
 
-SCALARS = (st.none() | st.booleans() | st.integers()
-           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 NAME = st.text(min_size=1, max_size=6)
@@ -64,51 +74,96 @@ def _bodies(build: Any) -> st.SearchStrategy:
 
 
 def _semif(f: Any) -> st.SearchStrategy:
-    options = f(st.one_of(
-        st.lists(NAME, min_size=2, max_size=12),
-        st.dictionaries(NAME, DESCRIPTION, min_size=2, max_size=12),
-        st.none() | st.fixed_dictionaries({}, optional={"true": DESCRIPTION, "false": DESCRIPTION}),
-        st.lists(NAME | st.dictionaries(NAME, SCALARS, max_size=2), min_size=2, max_size=10),
-    ))
-    return f(st.fixed_dictionaries({"options": options}, optional={
-        "type": f(st.sampled_from(["choice", "noul", "score"])),
-        "temperature": f(st.floats(1e-3, 1e3)),
-        "debias": f(st.none() | st.just("cyclic")),
-        "calibration": f(st.none() | NAME),
-    })), options
+    options = f(
+        st.one_of(
+            st.lists(NAME, min_size=2, max_size=12),
+            st.dictionaries(NAME, DESCRIPTION, min_size=2, max_size=12),
+            st.none()
+            | st.fixed_dictionaries({}, optional={"true": DESCRIPTION, "false": DESCRIPTION}),
+            st.lists(NAME | st.dictionaries(NAME, SCALARS, max_size=2), min_size=2, max_size=10),
+        )
+    )
+    return f(
+        st.fixed_dictionaries(
+            {"options": options},
+            optional={
+                "type": f(st.sampled_from(["choice", "noul", "score"])),
+                "temperature": f(st.floats(1e-3, 1e3)),
+                "debias": f(st.none() | st.just("cyclic")),
+                "calibration": f(st.none() | NAME),
+            },
+        )
+    ), options
 
 
 def _system_one(f: Any) -> st.SearchStrategy:
     _, criteria = _semif(f)
-    question = f(st.fixed_dictionaries(
-        {"type": f(st.sampled_from(["choice", "noul", "score"])), "criteria": criteria},
-        optional={"instructions": DESCRIPTION}))
-    return f(st.fixed_dictionaries(
-        {"state": f(st.text(max_size=12) | JSON),
-         "questions": f(st.dictionaries(st.text(max_size=4), question, min_size=1, max_size=4))},
-        optional={"model": f(st.none() | NAME), "ignored": JSON}))
+    question = f(
+        st.fixed_dictionaries(
+            {"type": f(st.sampled_from(["choice", "noul", "score"])), "criteria": criteria},
+            optional={"instructions": DESCRIPTION},
+        )
+    )
+    return f(
+        st.fixed_dictionaries(
+            {
+                "state": f(st.text(max_size=12) | JSON),
+                "questions": f(
+                    st.dictionaries(st.text(max_size=4), question, min_size=1, max_size=4)
+                ),
+            },
+            optional={"model": f(st.none() | NAME), "ignored": JSON},
+        )
+    )
 
 
 def _decisions(f: Any) -> st.SearchStrategy:
     part = st.fixed_dictionaries(
-        {"type": st.sampled_from(["input_text", "input_image"]), "text": NAME})
+        {"type": st.sampled_from(["input_text", "input_image"]), "text": NAME}
+    )
     text = f(st.text(min_size=1, max_size=8) | st.lists(part, min_size=1, max_size=2))
-    choices = st.lists(st.fixed_dictionaries({"value": NAME | st.booleans()},
-                                             optional={"description": st.none() | NAME}),
-                       min_size=2, max_size=8)
-    question = f(st.one_of(
-        st.fixed_dictionaries({"type": st.just("predicate"), "instructions": text}),
+    choices = st.lists(
         st.fixed_dictionaries(
-            {"type": st.just("choice"), "instructions": text, "choices": f(choices)}),
-        st.fixed_dictionaries({"type": st.just("score"), "instructions": text, "levels": f(
-            st.lists(st.fixed_dictionaries({"label": NAME}), min_size=2, max_size=10))}),
-    ))
-    item = f(st.fixed_dictionaries(
-        {"role": st.sampled_from(["user", "developer", "system", "assistant"]),
-         "content": st.text(max_size=8)}, optional={"type": f(st.just("message"))}))
-    return f(st.fixed_dictionaries(
-        {"model": f(NAME), "input": f(st.text(max_size=8) | st.lists(item, min_size=1, max_size=3)),
-         "questions": f(st.lists(question, min_size=1, max_size=3))}))
+            {"value": NAME | st.booleans()}, optional={"description": st.none() | NAME}
+        ),
+        min_size=2,
+        max_size=8,
+    )
+    question = f(
+        st.one_of(
+            st.fixed_dictionaries({"type": st.just("predicate"), "instructions": text}),
+            st.fixed_dictionaries(
+                {"type": st.just("choice"), "instructions": text, "choices": f(choices)}
+            ),
+            st.fixed_dictionaries(
+                {
+                    "type": st.just("score"),
+                    "instructions": text,
+                    "levels": f(
+                        st.lists(st.fixed_dictionaries({"label": NAME}), min_size=2, max_size=10)
+                    ),
+                }
+            ),
+        )
+    )
+    item = f(
+        st.fixed_dictionaries(
+            {
+                "role": st.sampled_from(["user", "developer", "system", "assistant"]),
+                "content": st.text(max_size=8),
+            },
+            optional={"type": f(st.just("message"))},
+        )
+    )
+    return f(
+        st.fixed_dictionaries(
+            {
+                "model": f(NAME),
+                "input": f(st.text(max_size=8) | st.lists(item, min_size=1, max_size=3)),
+                "questions": f(st.lists(question, min_size=1, max_size=3)),
+            }
+        )
+    )
 
 
 SEMIF = _bodies(lambda f: _semif(f)[0])
@@ -192,8 +247,9 @@ def _assert_order_kept(logprobs: list[float], decision) -> None:
 
 @PROPERTY
 @given(st.data(), TEMPERATURES)
-def test_at_any_temperature_the_returned_probabilities_name_the_choice(data: st.DataObject,
-                                                                       t: float) -> None:
+def test_at_any_temperature_the_returned_probabilities_name_the_choice(
+    data: st.DataObject, t: float
+) -> None:
     n = data.draw(st.integers(2, MAX_OPTIONS))
     logprobs = data.draw(label_logprobs(n))
     at_t = decide(choice_question([f"o{i}" for i in range(n)], temperature=t), logprobs)
@@ -210,8 +266,10 @@ def test_confidences_stay_within_0_and_1(data: st.DataObject, temperature: float
 
 
 @PROPERTY
-@given(st.lists(st.floats(-1e4, -1e-3), min_size=2, max_size=8),
-       st.floats(min_value=0.0, exclude_min=True, allow_infinity=False))
+@given(
+    st.lists(st.floats(-1e4, -1e-3), min_size=2, max_size=8),
+    st.floats(min_value=0.0, exclude_min=True, allow_infinity=False),
+)
 @example([-1.0, -2.0], 5e-324)
 def test_any_positive_finite_temperature_gives_a_distribution(logprobs: list[float], t: float):
     _assert_distribution(normalise(logprobs, t), len(logprobs))

@@ -46,10 +46,8 @@ def test_the_split_holds_out_a_seeded_share_of_queries():
 
 
 def items_and_scores(n: int, relevant_score: float, other_score: float):
-    items = [RerankItem(f"x:{i}", f"q{i}", ("a", "b", "c"), frozenset({i % 3}))
-             for i in range(n)]
-    scores = [[relevant_score if j == i % 3 else other_score for j in range(3)]
-              for i in range(n)]
+    items = [RerankItem(f"x:{i}", f"q{i}", ("a", "b", "c"), frozenset({i % 3})) for i in range(n)]
+    scores = [[relevant_score if j == i % 3 else other_score for j in range(3)] for i in range(n)]
     return items, scores
 
 
@@ -73,8 +71,9 @@ def test_scores_that_rank_relevant_documents_last_keep_no_map():
 def test_bad_rerank_lines_name_the_file_and_line(tmp_path):
     path = tmp_path / "r.jsonl"
     good = {"query": "q", "documents": ["a", {"text": "b"}], "relevant": [1]}
-    path.write_text(json.dumps(good) + "\n# a comment\n"
-                    + json.dumps({**good, "relevant": [2]}) + "\n")
+    path.write_text(
+        json.dumps(good) + "\n# a comment\n" + json.dumps({**good, "relevant": [2]}) + "\n"
+    )
     with pytest.raises(DataError, match=r"r.jsonl:3: relevant"):
         load_rerank_items([path])
     assert load_rerank_items([path], limit=1)[0].documents == ("a", "b")

@@ -12,11 +12,19 @@ from proxy.app import create_app
 from proxy.config import Settings
 
 # llama-server b11434's answer to a Jina-style rerank on a --reranking model
-RANKED = {"model": "bge-reranker-v2-m3", "object": "list",
-          "usage": {"prompt_tokens": 24, "total_tokens": 24},
-          "results": [{"index": 1, "relevance_score": 3.2}, {"index": 0, "relevance_score": -1.5}]}
-NOT_SUPPORTED = {"error": {"code": 501, "type": "not_supported_error", "message":
-                           "This server does not support reranking. Start it with `--reranking`"}}
+RANKED = {
+    "model": "bge-reranker-v2-m3",
+    "object": "list",
+    "usage": {"prompt_tokens": 24, "total_tokens": 24},
+    "results": [{"index": 1, "relevance_score": 3.2}, {"index": 0, "relevance_score": -1.5}],
+}
+NOT_SUPPORTED = {
+    "error": {
+        "code": 501,
+        "type": "not_supported_error",
+        "message": "This server does not support reranking. Start it with `--reranking`",
+    }
+}
 
 
 def recorded(reranker: bool, seen: list):
@@ -43,8 +51,9 @@ async def test_a_reranker_answers_itself_and_is_asked_once():
         async with TestClient(TestServer(create_app(settings))) as client:
             tei = orjson.dumps({"query": "q", "texts": ["a", "b"], "raw_scores": True})
             for path in ("/v1/rerank", "/rerank", "/v2/rerank"):
-                resp = await client.post(path, data=tei,
-                                         headers={"Content-Type": "application/json"})
+                resp = await client.post(
+                    path, data=tei, headers={"Content-Type": "application/json"}
+                )
                 assert resp.status == 200 and await resp.json() == RANKED
     probe, *forwarded = seen
     assert orjson.loads(probe[1]) == {"query": "q", "documents": ["d"]}  # the one probe

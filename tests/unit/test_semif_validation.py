@@ -14,8 +14,11 @@ MANY = [f"o{i}" for i in range(256)]
         ("billing", "semif", "must be an object"),
         ({}, "semif.options", "required"),
         ({"options": []}, "semif.options", "at least 2"),
-        ({"options": ["a", "b"], "layout": "sideways"}, "semif.layout",
-         "'conversation_first' or 'options_first'"),
+        (
+            {"options": ["a", "b"], "layout": "sideways"},
+            "semif.layout",
+            "'conversation_first' or 'options_first'",
+        ),
         ({"options": ["only"]}, "semif.options", "at least 2"),
         ({"options": MANY}, "semif.options", "at most 255"),
         ({"options": ["Billing", " billing "]}, "semif.options", "case-folding"),
@@ -38,10 +41,16 @@ MANY = [f"o{i}" for i in range(256)]
         ({"options": ["a", "b"], "temperature": True}, "semif.temperature", "number"),
         ({"options": ["a", "b"], "labels": ["x"]}, "semif.labels", "not permitted"),
         ({"options": ["a", "b"], "debias": "random"}, "semif.debias", "cyclic"),
-        ({"options": ["a", "b"], "debias": {"method": "cyclic", "rotations": 3}}, "semif.debias",
-         "between 1 and"),
-        ({"options": ["a", "b"], "debias": {"method": "cyclic", "rotations": "2"}}, "semif.debias",
-         "integer"),
+        (
+            {"options": ["a", "b"], "debias": {"method": "cyclic", "rotations": 3}},
+            "semif.debias",
+            "between 1 and",
+        ),
+        (
+            {"options": ["a", "b"], "debias": {"method": "cyclic", "rotations": "2"}},
+            "semif.debias",
+            "integer",
+        ),
         ({"type": "score", "options": ["a", "b"], "debias": "cyclic"}, "semif.debias", "ordered"),
         ({"options": ["a", "b"], "calibration": 7}, "semif.calibration", "string"),
     ],
@@ -89,15 +98,24 @@ BASE = {"messages": [{"role": "user", "content": "hi"}]}
         ({"tools": False}, "tools"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0"),
         ({"messages": [{"role": ["user"], "content": "x"}]}, "messages.0"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-         "messages.0.content.0"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+            "messages.0.content.0",
+        ),
         ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
-        ({"messages": [{"role": "user", "content": "x", "tool_calls": 5}]}, "messages.0.tool_calls"),
-        ({"messages": [{"role": "assistant", "content": "x", "tool_calls": [{}]}]},
-         "messages.0.tool_calls.0"),
-        ({"messages": [{"role": "tool", "content": "x", "tool_call_id": 7}]},
-         "messages.0.tool_call_id"),
+        (
+            {"messages": [{"role": "user", "content": "x", "tool_calls": 5}]},
+            "messages.0.tool_calls",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": "x", "tool_calls": [{}]}]},
+            "messages.0.tool_calls.0",
+        ),
+        (
+            {"messages": [{"role": "tool", "content": "x", "tool_call_id": 7}]},
+            "messages.0.tool_call_id",
+        ),
     ],
 )
 def test_incompatible_fields_are_refused(extra, param):
@@ -106,14 +124,34 @@ def test_incompatible_fields_are_refused(extra, param):
     assert caught.value.param == param
 
 
-@pytest.mark.parametrize("extra", [
-    {}, {"n": 1}, {"tools": []}, {"tools": None}, {"response_format": None},
-    {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
-    {"messages": [{"role": "assistant", "content": None, "tool_calls": []}]},
-    {"messages": [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "42"}]},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"n": 1},
+        {"tools": []},
+        {"tools": None},
+        {"response_format": None},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+        {"messages": [{"role": "assistant", "content": None, "tool_calls": []}]},
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "42"},
+            ]
+        },
+    ],
+)
 def test_compatible_fields_pass(extra):
     refuse_incompatible({**BASE, **extra})
 
@@ -148,9 +186,12 @@ def test_very_large_calls_are_parsed_but_not_remembered():
     assert all(len(key) <= semif._MAX_KEY_BYTES for key in semif._PARSED)
 
 
-@pytest.mark.parametrize("semif, layout", [
-    ({"options": ["a", "b"]}, "conversation_first"),
-    ({"options": ["a", "b"], "layout": "options_first"}, "options_first"),
-])
+@pytest.mark.parametrize(
+    "semif, layout",
+    [
+        ({"options": ["a", "b"]}, "conversation_first"),
+        ({"options": ["a", "b"], "layout": "options_first"}, "options_first"),
+    ],
+)
 def test_the_layout_is_a_field_of_the_request(semif, layout):
     assert parse_semif(semif).layout == layout

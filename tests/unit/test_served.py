@@ -14,10 +14,13 @@ from proxy.errors import ProxyError
 from proxy.served import ServedModels, UnknownModel
 from proxy.upstream import ModelInfo, ModelList, Upstream, parse_models
 
-ROUTER_MODELS = {"object": "list", "data": [
-    {"id": "qwen3-4b", "aliases": ["qwen"], "status": {"value": "unloaded"}},
-    {"id": "smollm2", "aliases": [], "status": {"value": "loaded"}},
-]}
+ROUTER_MODELS = {
+    "object": "list",
+    "data": [
+        {"id": "qwen3-4b", "aliases": ["qwen"], "status": {"value": "unloaded"}},
+        {"id": "smollm2", "aliases": [], "status": {"value": "loaded"}},
+    ],
+}
 
 
 class Recorded:
@@ -54,11 +57,18 @@ def served(router: bool = True, **kwargs) -> tuple[ServedModels, Recorded]:
     return ServedModels(upstream, Service, **kwargs), upstream
 
 
-@pytest.mark.parametrize(("name", "model"), [
-    ("qwen3-4b", "qwen3-4b"), ("qwen", "qwen3-4b"), ("smollm2", "smollm2"),
-    # names every API has a default for, and none: the first listed
-    (None, "qwen3-4b"), ("jev-latest", "qwen3-4b"), ("gpt-6-luna", "qwen3-4b"),
-])
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("qwen3-4b", "qwen3-4b"),
+        ("qwen", "qwen3-4b"),
+        ("smollm2", "smollm2"),
+        # names every API has a default for, and none: the first listed
+        (None, "qwen3-4b"),
+        ("jev-latest", "qwen3-4b"),
+        ("gpt-6-luna", "qwen3-4b"),
+    ],
+)
 async def test_a_router_routes_by_id_alias_or_default(name, model):
     models, _ = served()
     assert (await models.service(name)).upstream_model == model
@@ -81,8 +91,10 @@ async def test_an_unknown_name_asks_the_list_again_then_names_the_models():
         await models.service("gpt-4o")
     assert upstream.lists == 2  # the router's list may have grown since
     assert err.value.names == ("jev-latest", "gpt-6-luna", "qwen3-4b", "qwen", "smollm2")
-    assert err.value.message() == ("unknown model 'gpt-4o'; this server answers as "
-                                   "['jev-latest', 'gpt-6-luna', 'qwen3-4b', 'qwen', 'smollm2']")
+    assert err.value.message() == (
+        "unknown model 'gpt-4o'; this server answers as "
+        "['jev-latest', 'gpt-6-luna', 'qwen3-4b', 'qwen', 'smollm2']"
+    )
 
 
 async def test_a_default_model_the_router_does_not_list_is_the_servers_error():
@@ -120,8 +132,9 @@ async def test_a_routers_model_is_named_in_every_call():
         if request.path == "/tokenize":
             return web.json_response({"tokens": [1, 2]})
         if request.path == "/props":
-            return web.json_response({"total_slots": 2,
-                                      "default_generation_settings": {"n_ctx": 8192}})
+            return web.json_response(
+                {"total_slots": 2, "default_generation_settings": {"n_ctx": 8192}}
+            )
         return web.json_response(ROUTER_MODELS)
 
     app = web.Application()
@@ -136,8 +149,11 @@ async def test_a_routers_model_is_named_in_every_call():
             await root.tokenize("hi")
         finally:
             await root.close()
-    assert seen[0] == ("POST", "/tokenize", {"content": "hi", "add_special": False,
-                                             "model": "qwen3-4b"})
+    assert seen[0] == (
+        "POST",
+        "/tokenize",
+        {"content": "hi", "add_special": False, "model": "qwen3-4b"},
+    )
     assert seen[1][:2] == ("GET", "/props?model=qwen3-4b")
     assert seen[2][:2] == ("GET", "/v1/models")  # the router's own list: not routed
     assert info.id == "qwen3-4b"  # the bound model's entry, not the first
@@ -168,6 +184,7 @@ def test_a_relay_to_a_router_names_the_resolved_model():
 @contextlib.asynccontextmanager
 async def answering(method: str, path: str, status: int):
     """An Upstream whose llama-server answers ``method path`` with ``status`` and ``{}``."""
+
     async def handler(request: web.Request) -> web.Response:
         return web.json_response({}, status=status)
 
@@ -187,8 +204,9 @@ async def test_a_props_that_fails_means_one_model(status, router):
         assert await upstream.is_router() is router
 
 
-@pytest.mark.parametrize(("status", "found"), [(200, True), (501, False), (404, False),
-                                                (500, None), (400, None)])
+@pytest.mark.parametrize(
+    ("status", "found"), [(200, True), (501, False), (404, False), (500, None), (400, None)]
+)
 async def test_only_a_clear_answer_says_whether_llama_server_reranks(status, found):
     async with answering("POST", "/v1/rerank", status) as upstream:
         assert await upstream.reranks() is found

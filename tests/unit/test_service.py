@@ -174,8 +174,9 @@ class MeddledUpstream(RecordedUpstream):
 
     async def complete(self, tokens, *, slot, cache, n_probs=0, grammar=None):
         self.slots[slot] = []
-        return await super().complete(tokens, slot=slot, cache=cache, n_probs=n_probs,
-                                      grammar=grammar)
+        return await super().complete(
+            tokens, slot=slot, cache=cache, n_probs=n_probs, grammar=grammar
+        )
 
 
 async def test_a_slot_that_keeps_changing_still_gets_its_read_and_it_is_counted():
@@ -194,8 +195,9 @@ async def test_concurrent_first_decisions_share_one_slot_book():
     up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 8)
     service = DecisionService(up, n_probs=8)
     question = choice_question(["x", "y"])
-    outs = await asyncio.gather(*(service.decide([{"role": "user", "content": f"q{i}"}], question)
-                                  for i in range(8)))
+    outs = await asyncio.gather(
+        *(service.decide([{"role": "user", "content": f"q{i}"}], question) for i in range(8))
+    )
     assert len(outs) == 8
     # no request found its slot other than the book said: no read started again
     assert [cache for _, _, cache, _, _ in up.requests].count(False) == 8
@@ -254,10 +256,10 @@ async def test_the_prefix_scheme_reads_a_new_conversation_in_one_request():
     await service.decide([{"role": "user", "content": "Ticket 1001: late parcel"}], question)
     first = up.requests[:]
     await service.decide([{"role": "user", "content": "Ticket 1002: charged twice"}], question)
-    (slot, sent, cache, reused, evaluated), = first  # one request, from position 0
+    ((slot, sent, cache, reused, evaluated),) = first  # one request, from position 0
     assert (cache, reused, evaluated) == (False, 0, len(sent))
     # the second conversation lands in the same slot and reuses the prefix it holds
-    (slot2, sent2, cache2, reused2, evaluated2), = up.requests[len(first):]
+    ((slot2, sent2, cache2, reused2, evaluated2),) = up.requests[len(first) :]
     shared = common_prefix(sent, sent2)
     assert (slot2, cache2, reused2, evaluated2) == (slot, True, shared, len(sent2) - shared)
     assert shared == len("<|im_start|>user\nTicket 100")
@@ -285,17 +287,23 @@ MOVED = {49: -0.5, 51: -1.2500001, 52: -2.0}  # one float differs in its last di
 async def test_the_self_check_passes_when_every_way_reads_the_same():
     up = RecordedUpstream([SAME] * 6)  # four reads of the known prompt, two of others
     check = await DecisionService(up, n_probs=8, ubatch=63).check()
-    assert (check.scheme, check.repeatable, check.detail) == ("prefix-63", True,
-                                                               "4 reads identical")
+    assert (check.scheme, check.repeatable, check.detail) == (
+        "prefix-63",
+        True,
+        "4 reads identical",
+    )
     slots = [slot for slot, *_ in up.requests]
     assert set(slots) == {0, 1}  # the other-slot read in the other slot
 
 
-@pytest.mark.parametrize("reads, way", [
-    ([SAME, SAME, MOVED, SAME, SAME, SAME], "after another conversation in the same slot"),
-    ([SAME, SAME, SAME, MOVED, SAME, SAME], "as a replay"),
-    ([SAME, SAME, SAME, SAME, SAME, MOVED], "in another slot"),
-])
+@pytest.mark.parametrize(
+    "reads, way",
+    [
+        ([SAME, SAME, MOVED, SAME, SAME, SAME], "after another conversation in the same slot"),
+        ([SAME, SAME, SAME, MOVED, SAME, SAME], "as a replay"),
+        ([SAME, SAME, SAME, SAME, SAME, MOVED], "in another slot"),
+    ],
+)
 async def test_the_self_check_fails_on_a_server_whose_numbers_move(reads, way):
     up = RecordedUpstream(reads)
     check = await DecisionService(up, n_probs=8, ubatch=63).check()
@@ -314,8 +322,7 @@ async def test_a_failed_prefix_check_falls_back_to_the_segment_scheme_and_answer
     await service._check_in_turn()
     assert (service.scheme, service.checked.repeatable) == ("segment", True)
     assert metrics.repeatable.labels("smollm2")._value.get() == 1.0
-    out = await service.decide([{"role": "user", "content": "q"}],
-                               choice_question(list("xyz")))
+    out = await service.decide([{"role": "user", "content": "q"}], choice_question(list("xyz")))
     assert (out.read_scheme, out.repeatable) == ("segment", True)
 
 
@@ -323,8 +330,7 @@ async def test_answers_say_repeatable_false_when_the_check_failed():
     up = RecordedUpstream([SAME, SAME, MOVED, SAME, SAME, SAME] + [MOVED] * 7)
     service = DecisionService(up, n_probs=8)  # the segment scheme: nothing to fall back to
     await service._check_in_turn()
-    out = await service.decide([{"role": "user", "content": "q"}],
-                               choice_question(list("xyz")))
+    out = await service.decide([{"role": "user", "content": "q"}], choice_question(list("xyz")))
     assert (out.read_scheme, out.repeatable) == ("segment", False)
 
 
@@ -340,15 +346,19 @@ class CutUpstream(RecordedUpstream):
             self.slots[slot] = list(tokens[:keep])
             self.requests.append((slot, list(tokens), cache, None, None))
             raise UpstreamTimeout("the decision did not finish within the 1 s deadline")
-        return await super().complete(tokens, slot=slot, cache=cache, n_probs=n_probs,
-                                      grammar=grammar)
+        return await super().complete(
+            tokens, slot=slot, cache=cache, n_probs=n_probs, grammar=grammar
+        )
 
 
-@pytest.mark.parametrize("kept", [
-    lambda n: 150,          # some of the prompt
-    lambda n: n - 1 - 63,   # the rest is one piece of 63 and the last row alone
-    lambda n: n - 1,        # all but the last token
-])
+@pytest.mark.parametrize(
+    "kept",
+    [
+        lambda n: 150,  # some of the prompt
+        lambda n: n - 1 - 63,  # the rest is one piece of 63 and the last row alone
+        lambda n: n - 1,  # all but the last token
+    ],
+)
 async def test_a_retry_after_a_cut_read_evaluates_only_what_the_slot_did_not_keep(kept):
     question = choice_question(["x", "y"])
     convo = [{"role": "user", "content": "w" * 400}]

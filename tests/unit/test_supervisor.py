@@ -20,8 +20,13 @@ def _child(script: str, starts: list[int]) -> Supervised:
     def start(log):
         starts.append(1)
         return subprocess.Popen(["sh", "-c", script], stdout=log, stderr=subprocess.STDOUT)
-    return Supervised("llama-server", start, "http://127.0.0.1:1/health",
-                      lambda rc, log: f"exited with {rc}: {log.strip()}")
+
+    return Supervised(
+        "llama-server",
+        start,
+        "http://127.0.0.1:1/health",
+        lambda rc, log: f"exited with {rc}: {log.strip()}",
+    )
 
 
 def test_a_crash_is_reported_and_the_process_started_again():
@@ -33,8 +38,10 @@ def test_a_crash_is_reported_and_the_process_started_again():
     assert child.exited()
     child.restart_after_exit(said.append)
     assert len(starts) == 2
-    assert said == ["llama-server stopped: exited with 3: boom",
-                    "starting llama-server again in 0s (1 of 3 quick restarts)"]
+    assert said == [
+        "llama-server stopped: exited with 3: boom",
+        "starting llama-server again in 0s (1 of 3 quick restarts)",
+    ]
     child.stop()
 
 

@@ -26,25 +26,53 @@ def _locs(body):
         ({"state": "s", "questions": []}, ["body", "questions"]),
         ({"state": "s", "questions": {"q": {"criteria": {"a": None}}}}, ["body", "questions", "q"]),
         ({"state": "s", "questions": {"q": {"type": "box"}}}, ["body", "questions", "q"]),
-        ({"state": "s", "questions": {"q": {"type": "choice", "criteria": {}}}},
-         ["body", "questions", "q", "choice", "criteria"]),
-        ({"state": "s", "questions": {"q": {"type": "choice", "criteria": {"one": None}}}},
-         ["body", "questions", "q", "choice", "criteria"]),
-        ({"state": "s", "questions": {"q": {"type": "choice",
-                                            "criteria": {f"o{i}": None for i in range(256)}}}},
-         ["body", "questions", "q", "choice", "criteria"]),
-        ({"state": "s", "questions": {"q": {"type": "score", "criteria": ["only"]}}},
-         ["body", "questions", "q", "score", "criteria"]),
-        ({"state": "s", "questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}}},
-         ["body", "questions", "q", "score", "criteria"]),
-        ({"state": "s", "questions": {"q": {"type": "score", "criteria": {"low": 0, "high": 1}}}},
-         ["body", "questions", "q", "score", "criteria"]),
-        ({"state": "s", "questions": {"q": {"type": "score", "criteria": ["low", None]}}},
-         ["body", "questions", "q", "score", "criteria", 1]),
-        ({"state": "s", "questions": {"q": {"type": "noul", "criteria": {"maybe": "x"}}}},
-         ["body", "questions", "q", "noul", "criteria"]),
-        ({"state": "s", "questions": {str(i): CHOICE for i in range(MAX_QUESTIONS + 1)}},
-         ["body", "questions"]),
+        (
+            {"state": "s", "questions": {"q": {"type": "choice", "criteria": {}}}},
+            ["body", "questions", "q", "choice", "criteria"],
+        ),
+        (
+            {"state": "s", "questions": {"q": {"type": "choice", "criteria": {"one": None}}}},
+            ["body", "questions", "q", "choice", "criteria"],
+        ),
+        (
+            {
+                "state": "s",
+                "questions": {
+                    "q": {"type": "choice", "criteria": {f"o{i}": None for i in range(256)}}
+                },
+            },
+            ["body", "questions", "q", "choice", "criteria"],
+        ),
+        (
+            {"state": "s", "questions": {"q": {"type": "score", "criteria": ["only"]}}},
+            ["body", "questions", "q", "score", "criteria"],
+        ),
+        (
+            {
+                "state": "s",
+                "questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}},
+            },
+            ["body", "questions", "q", "score", "criteria"],
+        ),
+        (
+            {
+                "state": "s",
+                "questions": {"q": {"type": "score", "criteria": {"low": 0, "high": 1}}},
+            },
+            ["body", "questions", "q", "score", "criteria"],
+        ),
+        (
+            {"state": "s", "questions": {"q": {"type": "score", "criteria": ["low", None]}}},
+            ["body", "questions", "q", "score", "criteria", 1],
+        ),
+        (
+            {"state": "s", "questions": {"q": {"type": "noul", "criteria": {"maybe": "x"}}}},
+            ["body", "questions", "q", "noul", "criteria"],
+        ),
+        (
+            {"state": "s", "questions": {str(i): CHOICE for i in range(MAX_QUESTIONS + 1)}},
+            ["body", "questions"],
+        ),
         ({"state": "s", "model": 3, "questions": {"q": CHOICE}}, ["body", "model"]),
     ],
 )
@@ -53,13 +81,18 @@ def test_invalid_requests_name_the_field(body, loc):
 
 
 def test_every_bad_question_is_reported():
-    body = {"state": "s", "questions": {
-        "a": {"type": "choice", "criteria": {"x": None}},
-        "b": {"type": "score", "criteria": ["one"]},
-        "c": CHOICE,
-    }}
-    assert _locs(body) == [["body", "questions", "a", "choice", "criteria"],
-                           ["body", "questions", "b", "score", "criteria"]]
+    body = {
+        "state": "s",
+        "questions": {
+            "a": {"type": "choice", "criteria": {"x": None}},
+            "b": {"type": "score", "criteria": ["one"]},
+            "c": CHOICE,
+        },
+    }
+    assert _locs(body) == [
+        ["body", "questions", "a", "choice", "criteria"],
+        ["body", "questions", "b", "score", "criteria"],
+    ]
 
 
 def test_valid_request_keeps_ids_names_and_structured_text():
@@ -68,8 +101,11 @@ def test_valid_request_keeps_ids_names_and_structured_text():
         "state": {"subject": "Duplicate charge", "body": "Charged twice 💳"},
         "unknown_field": "ignored",
         "questions": {
-            "route it 🚦": {"type": "choice", "instructions": {"task": "route"},
-                           "criteria": {" Billing ": ["money", "refunds"], "🚚 shipping": None}},
+            "route it 🚦": {
+                "type": "choice",
+                "instructions": {"task": "route"},
+                "criteria": {" Billing ": ["money", "refunds"], "🚚 shipping": None},
+            },
             "urgency": {"type": "score", "criteria": ["low", {"level": "high"}]},
             "spam": {"type": "noul", "criteria": {"true": "advertising"}},
             "plain": {"type": "noul", "criteria": None},
@@ -95,10 +131,15 @@ def test_valid_request_keeps_ids_names_and_structured_text():
     ],
 )
 def test_x_debias_applies_to_choice_and_noul(x_debias, expected):
-    body = {"state": "s", "x_debias": x_debias, "questions": {
-        "c": {"type": "choice", "criteria": {"a": None, "b": None, "d": None}},
-        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
-        "n": {"type": "noul"}}}
+    body = {
+        "state": "s",
+        "x_debias": x_debias,
+        "questions": {
+            "c": {"type": "choice", "criteria": {"a": None, "b": None, "d": None}},
+            "s": {"type": "score", "criteria": ["low", "mid", "high"]},
+            "n": {"type": "noul"},
+        },
+    }
     assert parse_request(body).debias == expected
 
 

@@ -59,9 +59,13 @@ def _send(*replies):
 
 
 def test_what_passes_is_retried_after_the_longer_of_back_off_and_retry_after(waits):
-    resp, asked = _send(httpx.Response(429, headers={"Retry-After": "3"}),
-                        httpx.Response(503), httpx.Response(502), httpx.Response(504),
-                        httpx.Response(200, json={"ok": True}))
+    resp, asked = _send(
+        httpx.Response(429, headers={"Retry-After": "3"}),
+        httpx.Response(503),
+        httpx.Response(502),
+        httpx.Response(504),
+        httpx.Response(200, json={"ok": True}),
+    )
     assert resp.status_code == 200 and len(asked) == 5
     assert waits == [3.0, 1.0, 2.0, 4.0]  # 3 s asked for; then 0.5 s doubling (1, 2, 4)
 
@@ -91,16 +95,26 @@ def test_an_unreachable_proxy_is_retried_but_a_timeout_is_not(waits):
 
 
 async def test_the_async_client_has_the_same_policy(waits):
-    transport, asked = _answers(httpx.Response(503, headers={"Retry-After": "2"}),
-                                httpx.Response(200))
+    transport, asked = _answers(
+        httpx.Response(503, headers={"Retry-After": "2"}), httpx.Response(200)
+    )
     async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
         resp = await client.send_async(http, "GET", "/v1/models")
     assert resp.status_code == 200 and len(asked) == 2 and waits == [2.0]
 
 
-@pytest.mark.parametrize(("value", "seconds"), [
-    ("7", 7.0), ("0", 0.0), ("3600", client.RETRY_AFTER_CAP_S), ("", None), ("soon", None),
-    ("-1", None), (email.utils.formatdate(time.time() - 60, usegmt=True), 0.0)])
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("7", 7.0),
+        ("0", 0.0),
+        ("3600", client.RETRY_AFTER_CAP_S),
+        ("", None),
+        ("soon", None),
+        ("-1", None),
+        (email.utils.formatdate(time.time() - 60, usegmt=True), 0.0),
+    ],
+)
 def test_retry_after_is_seconds_or_an_http_date(value, seconds):
     assert client.retry_after_s(httpx.Response(429, headers={"Retry-After": value})) == seconds
 
@@ -146,7 +160,8 @@ def test_the_bar_on_a_terminal_is_drawn_as_it_moves():
 
 def test_the_extra_is_the_one_pyproject_declares():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     assert sorted(r.split("==")[0] for r in extras["tools"]) == sorted(semif_tools.EXTRA)
 
 
@@ -170,15 +185,21 @@ def _module_level_imports(path: Path) -> set[str]:
 
 def test_the_server_imports_nothing_of_the_tools():
     tools = ("semif_tools", *semif_tools.EXTRA)
-    imported = {str(p.relative_to(ROOT)): sorted(m for m in _module_level_imports(p)
-                                                 if m.split(".")[0] in tools)
-                for p in sorted((ROOT / "proxy").rglob("*.py"))}
+    imported = {
+        str(p.relative_to(ROOT)): sorted(
+            m for m in _module_level_imports(p) if m.split(".")[0] in tools
+        )
+        for p in sorted((ROOT / "proxy").rglob("*.py"))
+    }
     assert not {k: v for k, v in imported.items() if v}
     # and what loading the server (and python -m proxy) imports, in a fresh interpreter
-    probe = ("import sys, proxy.__main__, proxy.app; "
-             "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))")
-    out = subprocess.run([sys.executable, "-c", probe, *tools], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout
+    probe = (
+        "import sys, proxy.__main__, proxy.app; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *tools], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -195,23 +216,31 @@ def test_the_proxys_subcommands_are_the_tools(capsys):
 
 def _proxy_command(missing: str, *argv: str) -> subprocess.CompletedProcess:
     """``python -m proxy ARGV`` in a fresh interpreter where ``missing`` cannot be imported."""
-    code = (f"import sys; sys.modules[{missing!r}] = None; from proxy.__main__ import _command; "
-            "sys.exit(_command(sys.argv[1:]))")
-    return subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None; from proxy.__main__ import _command; "
+        "sys.exit(_command(sys.argv[1:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
 
 
-@pytest.mark.parametrize(("command", "missing"), [
-    ("batch", "httpx"), ("batch", "tenacity"), ("batch", "tqdm"),
-    ("calibrate", "matplotlib")])  # checked before anything is read
+@pytest.mark.parametrize(
+    ("command", "missing"),
+    [("batch", "httpx"), ("batch", "tenacity"), ("batch", "tqdm"), ("calibrate", "matplotlib")],
+)  # checked before anything is read
 def test_a_missing_extra_is_said_with_the_install_line(command, missing):
     done = _proxy_command(missing, command, "in.jsonl", "out.jsonl", "--profile", "p")
-    assert done.returncode == 2 and f"{command} needs {missing}, of the tools extra" in \
-        done.stderr, done.stderr
+    assert (
+        done.returncode == 2 and f"{command} needs {missing}, of the tools extra" in done.stderr
+    ), done.stderr
     assert "pip install 'semif-sidecar[tools]'" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_missing_tools_are_said_with_the_install_line():
     done = _proxy_command("semif_tools", "calibrate", "data.jsonl", "--profile", "p")
-    assert done.returncode == 2 and "python -m proxy calibrate needs the offline tools" in \
-        done.stderr and "pip install 'semif-sidecar[tools]'" in done.stderr
+    assert (
+        done.returncode == 2
+        and "python -m proxy calibrate needs the offline tools" in done.stderr
+        and "pip install 'semif-sidecar[tools]'" in done.stderr
+    )

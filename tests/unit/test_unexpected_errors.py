@@ -38,8 +38,16 @@ async def client():
     [
         ("GET", "/v1/models", None, "error"),
         ("POST", "/v1/systemone", {"state": "x", "questions": {"q": {"type": "noul"}}}, "detail"),
-        ("POST", "/v1/decisions", {"model": "jev-latest", "input": "x", "questions": [
-            {"type": "predicate", "name": "q", "instructions": "Is it?"}]}, "error"),
+        (
+            "POST",
+            "/v1/decisions",
+            {
+                "model": "jev-latest",
+                "input": "x",
+                "questions": [{"type": "predicate", "name": "q", "instructions": "Is it?"}],
+            },
+            "error",
+        ),
     ],
 )
 async def test_a_bug_is_a_json_500_with_a_request_id(client, caplog, method, path, body, shape):

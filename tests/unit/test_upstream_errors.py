@@ -18,15 +18,28 @@ from proxy.upstream import NextToken, Upstream
 
 GOOD = {
     "model": "m",
-    "choices": [{"logprobs": {"content": [{"top_logprobs": [
-        {"id": 49, "token": "A", "logprob": -0.5}, {"id": 50, "token": "B", "logprob": -1.5},
-    ]}]}}],
+    "choices": [
+        {
+            "logprobs": {
+                "content": [
+                    {
+                        "top_logprobs": [
+                            {"id": 49, "token": "A", "logprob": -0.5},
+                            {"id": 50, "token": "B", "logprob": -1.5},
+                        ]
+                    }
+                ]
+            }
+        }
+    ],
     "usage": {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 7}},
 }
 
 
 async def _truncated(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Length": "1000", "Content-Type": "application/json"})
+    resp = web.StreamResponse(
+        headers={"Content-Length": "1000", "Content-Type": "application/json"}
+    )
     await resp.prepare(request)
     await resp.write(b'{"choices": [')
     request.transport.close()
@@ -41,9 +54,11 @@ async def _slow(request: web.Request) -> web.Response:
 BEHAVIOURS = {
     "good": lambda r: web.json_response(GOOD),
     "loading": lambda r: web.json_response(
-        {"error": {"code": 503, "message": "Loading model"}}, status=503),
+        {"error": {"code": 503, "message": "Loading model"}}, status=503
+    ),
     "too_long": lambda r: web.json_response(
-        {"error": {"code": 400, "message": "exceeds the available context size"}}, status=400),
+        {"error": {"code": 400, "message": "exceeds the available context size"}}, status=400
+    ),
     "crash": lambda r: web.json_response({"error": {"message": "out of memory"}}, status=500),
     "forbidden": lambda r: web.json_response({"error": {"message": "Invalid API Key"}}, status=401),
     "not_json": lambda r: web.Response(text="<html>oops</html>"),
@@ -76,8 +91,12 @@ async def stand_in():
 async def _read(base_url: str, timeout_s: float = 5.0):
     up = Upstream(Settings(upstream_url=base_url, request_timeout_s=timeout_s, retry_after_s=7))
     try:
-        return await up.next_token([{"role": "user", "content": "q"}], labels_grammar="root ::= \"A\"",
-                                   n_probs=2, template_kwargs=None)
+        return await up.next_token(
+            [{"role": "user", "content": "q"}],
+            labels_grammar='root ::= "A"',
+            n_probs=2,
+            template_kwargs=None,
+        )
     finally:
         await up.close()
 
@@ -174,8 +193,12 @@ async def test_a_name_that_does_not_resolve_is_unavailable():
     up = Upstream(Settings(upstream_url="http://nonexistent.invalid:8081", connect_timeout_s=10))
     try:
         with pytest.raises(UpstreamUnavailable) as caught:
-            await up.next_token([{"role": "user", "content": "q"}], labels_grammar='root ::= "A"',
-                                n_probs=2, template_kwargs=None)
+            await up.next_token(
+                [{"role": "user", "content": "q"}],
+                labels_grammar='root ::= "A"',
+                n_probs=2,
+                template_kwargs=None,
+            )
     finally:
         await up.close()
     assert caught.value.status == 503

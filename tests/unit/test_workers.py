@@ -9,14 +9,17 @@ from proxy.reader import worker_slots
 from proxy.workers import share
 
 
-@pytest.mark.parametrize("total, workers, least, parts", [
-    (16, 2, 1, [8, 8]),
-    (16, 3, 1, [6, 5, 5]),
-    (64, 3, 0, [22, 21, 21]),
-    (1, 2, 1, [1, 1]),      # every worker can serve one decision at least
-    (0, 2, 0, [0, 0]),      # no queue stays no queue
-    (5, 1, 1, [5]),
-])
+@pytest.mark.parametrize(
+    "total, workers, least, parts",
+    [
+        (16, 2, 1, [8, 8]),
+        (16, 3, 1, [6, 5, 5]),
+        (64, 3, 0, [22, 21, 21]),
+        (1, 2, 1, [1, 1]),  # every worker can serve one decision at least
+        (0, 2, 0, [0, 0]),  # no queue stays no queue
+        (5, 1, 1, [5]),
+    ],
+)
 def test_share_splits_a_limit_over_the_workers(total, workers, least, parts):
     assert [share(total, workers, i, least=least) for i in range(workers)] == parts
 
@@ -61,7 +64,9 @@ semif_decisions_queued 3.0
 
 
 def test_merged_sums_every_sample_and_keeps_the_earliest_created():
-    assert merged([EXPOSITION_A, EXPOSITION_B]).decode() == """\
+    assert (
+        merged([EXPOSITION_A, EXPOSITION_B]).decode()
+        == """\
 # HELP semif_client_errors_total 4xx answers by reason
 # TYPE semif_client_errors_total counter
 semif_client_errors_total{reason="bad_body"} 7.0
@@ -80,6 +85,7 @@ semif_label_mass_sum 3.75
 # TYPE semif_decisions_queued gauge
 semif_decisions_queued 7.0
 """
+    )
 
 
 def test_one_workers_metrics_merged_alone_are_unchanged():
@@ -98,12 +104,15 @@ def test_two_workers_count_as_two_processes():
     assert "\nsemif_worker_processes 2.0\n" in total
 
 
-@pytest.mark.parametrize("total, workers, slots", [
-    (4, 1, [[0, 1, 2, 3]]),
-    (4, 2, [[0, 2], [1, 3]]),
-    (4, 3, [[0, 3], [1], [2]]),
-    (2, 3, [[0], [1], [0]]),  # more workers than slots: the third shares slot 0
-])
+@pytest.mark.parametrize(
+    "total, workers, slots",
+    [
+        (4, 1, [[0, 1, 2, 3]]),
+        (4, 2, [[0, 2], [1, 3]]),
+        (4, 3, [[0, 3], [1], [2]]),
+        (2, 3, [[0], [1], [0]]),  # more workers than slots: the third shares slot 0
+    ],
+)
 def test_workers_lease_disjoint_slots_while_there_are_enough(total, workers, slots):
     assert [worker_slots(total, i, workers) for i in range(workers)] == slots
 
