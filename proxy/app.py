@@ -11,7 +11,7 @@ from .app_keys import ADMISSION, METRICS, MODELS, PROFILES, SETTINGS, UPSTREAM
 from .config import Settings
 from .metrics import Metrics
 from .middleware import MIDDLEWARES
-from .profiles import ProfileStore
+from .profile_store import ProfileStore
 from .routes.chat import chat_completions
 from .routes.decisions import decisions
 from .routes.invocations import execution_parameters, invocations

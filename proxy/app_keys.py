@@ -7,7 +7,7 @@ from aiohttp import web
 from .admission import Admission
 from .config import Settings
 from .metrics import Metrics
-from .profiles import ProfileStore
+from .profile_store import ProfileStore
 from .served import ServedModels
 from .upstream import Upstream
 

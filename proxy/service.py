@@ -48,7 +48,7 @@ from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse
 from .kv import Held, common_prefix, plan, plan_prefix
 from .metrics import Metrics, after_reply
-from .profiles import NO_PROFILE, ProfileStore, calibrate, debias_for
+from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
 from .prompt_cache import PromptCache
 from .reader import Reader
 from .upstream import ModelInfo, NextToken, Upstream
@@ -188,7 +188,7 @@ class DecisionService:
             frozenset(qid for qid, plan in plans.items() if plan.method == "contextual"),
         )
         return {
-            qid: calibrate(profile, outcome, plans[qid], asked.label_mass_floor)
+            qid: apply_profile(profile, outcome, plans[qid], asked.label_mass_floor)
             for qid, outcome in outcomes.items()
         }
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-from .transform import METHODS, calibrate
+from .transform import METHODS, apply_method
 
 __all__ = [
     "PROFILE_FORMAT",
@@ -362,7 +362,7 @@ def apply(profile: Profile, kind: str, probabilities: Sequence[float]) -> list[f
     entry = profile.calibration.get(kind)
     if entry is None:
         return [float(p) for p in probabilities]
-    return calibrate(entry.method, entry.params, kind, probabilities)
+    return apply_method(entry.method, entry.params, kind, probabilities)
 
 
 def route(

@@ -33,7 +33,7 @@ __all__ = [
     "isotonic_scale",
     "logit",
     "sigmoid",
-    "calibrate",
+    "apply_method",
     "top_index",
 ]
 
@@ -125,7 +125,7 @@ def isotonic_scale(
     return _keep_choice(probs, out)
 
 
-def calibrate(
+def apply_method(
     method: str, params: Mapping[str, Any], kind: str, probs: Sequence[float]
 ) -> list[float]:
     """Apply one fitted method (see the module docstring) to one answer."""

@@ -34,7 +34,7 @@ from typing import Any
 
 from proxy.calibration.transform import (
     PROBABILITY_FLOOR,
-    calibrate,
+    apply_method,
     logit,
     sigmoid,
     top_index,
@@ -253,7 +253,7 @@ def held_out(
         params = fit_method(method, kind, [probs[i] for i in train], [golds[i] for i in train])
         for i, fi in enumerate(folds):
             if fi == f:
-                out[i] = calibrate(method, params, kind, probs[i])
+                out[i] = apply_method(method, params, kind, probs[i])
     return out
 
 
@@ -514,7 +514,7 @@ def fit_calibration(
         for j, i in enumerate(train):
             after[i] = fit.after[j]
         for i in others:
-            after[i] = calibrate(fit.method, fit.params, kind, items[i].probabilities)
+            after[i] = apply_method(fit.method, fit.params, kind, items[i].probabilities)
     masses = [item.label_mass for item in items]
     if label_mass_floor is None:
         label_mass_floor = fit_label_mass_floor(

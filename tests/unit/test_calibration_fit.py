@@ -4,7 +4,7 @@ import random
 import pytest
 
 from proxy.calibration.transform import (
-    calibrate,
+    apply_method,
     isotonic_map,
     isotonic_scale,
     platt_scale,
@@ -345,4 +345,4 @@ def test_platt_is_for_noul_only():
     with pytest.raises(ValueError):
         fit_method("platt", "choice", [[0.6, 0.4]] * 3, [0, 1, 0])
     with pytest.raises(ValueError):
-        calibrate("platt", {"a": 1.0, "b": 0.0}, "choice", [0.2, 0.3, 0.5])
+        apply_method("platt", {"a": 1.0, "b": 0.0}, "choice", [0.2, 0.3, 0.5])

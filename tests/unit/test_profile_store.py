@@ -10,7 +10,7 @@ from proxy.calibration.profile import KindCalibration, Profile, Threshold
 from proxy.decision.question import choice_question
 from proxy.decision.readout import decide
 from proxy.errors import InvalidRequest
-from proxy.profiles import DebiasPlan, ProfileStore, calibrate, debias_for
+from proxy.profile_store import DebiasPlan, ProfileStore, apply_profile, debias_for
 from proxy.service import Outcome
 from proxy.upstream import ModelInfo
 
@@ -39,26 +39,26 @@ def _outcome(logprobs, temperature=1.0):
 
 
 def test_temperature_profile_rescales_and_routes():
-    out = calibrate(_profile(threshold=0.6), _outcome([math.log(0.8), math.log(0.2)]), NONE)
+    out = apply_profile(_profile(threshold=0.6), _outcome([math.log(0.8), math.log(0.2)]), NONE)
     assert out.decision.probabilities == pytest.approx(
         (2 / 3, 1 / 3), abs=1e-12
     )  # sqrt, renormalised
     assert out.decision.best_name == "billing"
     assert out.calibration == {"profile": "p", "method": "temperature"}
     assert (out.route, out.route_reason) == ("auto", "above_threshold")
-    low = calibrate(_profile(threshold=0.7), _outcome([math.log(0.8), math.log(0.2)]), NONE)
+    low = apply_profile(_profile(threshold=0.7), _outcome([math.log(0.8), math.log(0.2)]), NONE)
     assert (low.route, low.route_reason) == ("review", "below_threshold")
 
 
 def test_temperature_profile_keeps_a_choice_that_rounding_ties():
     tied = _outcome([-3.0, -0.1], temperature=1e300)  # probabilities round to (0.5, 0.5)
     assert tied.decision.probabilities == (0.5, 0.5) and tied.decision.best_name == "shipping"
-    assert calibrate(_profile(), tied, NONE).decision.best_name == "shipping"
+    assert apply_profile(_profile(), tied, NONE).decision.best_name == "shipping"
 
 
 def test_no_profile_leaves_the_outcome_alone():
     out = _outcome([-0.1, -2.0])
-    assert calibrate(None, out, NONE) is out
+    assert apply_profile(None, out, NONE) is out
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_pride_divides_the_profiles_prior_out_of_one_read_then_calibrates():
     )
     plan = debias_for(profile, choice_question(["billing", "shipping"]), None, (), param="x")
     assert plan == DebiasPlan("pride", prior=(0.8, 0.2))
-    out = calibrate(profile, _outcome([math.log(0.6), math.log(0.4)]), plan)
+    out = apply_profile(profile, _outcome([math.log(0.6), math.log(0.4)]), plan)
     # (0.6 / 0.8, 0.4 / 0.2) = (0.75, 2), normalised: the second option wins
     assert out.decision.probabilities == pytest.approx((0.75 / 2.75, 2 / 2.75), **EXACT)
     assert out.decision.best_name == "shipping" and out.debias == "pride"
@@ -100,7 +100,7 @@ def test_pride_without_a_prior_for_the_option_count_reads_cyclically_and_says_so
     assert plan.note == (
         "no position prior for choice questions with 3 options in profile 'p': read cyclically"
     )
-    assert calibrate(profile, _outcome([-0.1, -2.0]), plan).debias_note == plan.note
+    assert apply_profile(profile, _outcome([-0.1, -2.0]), plan).debias_note == plan.note
 
 
 @pytest.mark.parametrize("profile", [None, _profile()])
@@ -120,15 +120,15 @@ def test_score_questions_are_never_debiased():
 def test_the_label_mass_floor_of_the_request_overrides_the_profiles():
     profile = _profile(threshold=0.6, label_mass_floor=0.5)
     out = _outcome([math.log(0.08), math.log(0.02)])  # label mass 0.1
-    assert calibrate(profile, out, NONE).route_reason == "label_mass"
-    assert calibrate(profile, out, NONE, 0.05).route_reason == "above_threshold"
+    assert apply_profile(profile, out, NONE).route_reason == "label_mass"
+    assert apply_profile(profile, out, NONE, 0.05).route_reason == "above_threshold"
 
 
 def test_a_profile_from_another_llama_build_is_applied_with_one_warning(tmp_path, caplog):
     store = ProfileStore(tmp_path)
     profile = replace(_profile(), llama_build="b11434-unknown")
     served = ModelInfo("m.gguf", 49152, 8192, build="b10434-abc")
-    with caplog.at_level("WARNING", logger="proxy.profiles"):
+    with caplog.at_level("WARNING", logger="proxy.profile_store"):
         for _ in range(3):
             store.check(profile, served, param="semif.calibration")  # not refused
         store.check(profile, replace(served, build="b11434-unknown"), param="semif.calibration")
@@ -159,7 +159,7 @@ def test_a_profile_from_another_read_scheme_is_applied_with_one_warning(tmp_path
     store = ProfileStore(tmp_path)
     profile = replace(_profile(), read_scheme="segment")
     served = ModelInfo("m.gguf", 49152, 8192)
-    with caplog.at_level("WARNING", logger="proxy.profiles"):
+    with caplog.at_level("WARNING", logger="proxy.profile_store"):
         for _ in range(2):
             store.check(profile, served, param="semif.calibration", scheme="prefix-63")
         store.check(profile, served, param="semif.calibration", scheme="segment")
@@ -170,7 +170,7 @@ def test_a_profile_from_another_read_scheme_is_applied_with_one_warning(tmp_path
 
 
 def test_a_profile_is_refused_for_a_request_in_another_layout(tmp_path):
-    from proxy.profiles import ProfileRefused
+    from proxy.profile_store import ProfileRefused
 
     store = ProfileStore(tmp_path)
     served = ModelInfo("m.gguf", 49152, 8192)

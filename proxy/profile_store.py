@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .calibration import profile as profiles
+from .calibration import profile as fitted
 from .decision.debias import divide_out, shifts
 from .decision.outcome import Outcome
 from .decision.prompt import PROMPT_FORMAT_VERSION
@@ -25,10 +25,17 @@ from .decision.question import Question
 from .errors import InvalidRequest
 from .upstream import ModelInfo
 
-__all__ = ["ProfileStore", "ProfileRefused", "DebiasPlan", "calibrate", "debias_for", "NO_PROFILE"]
+__all__ = [
+    "ProfileStore",
+    "ProfileRefused",
+    "DebiasPlan",
+    "apply_profile",
+    "debias_for",
+    "NO_PROFILE",
+]
 
 NO_PROFILE = "none"
-_log = logging.getLogger("proxy.profiles")
+_log = logging.getLogger("proxy.profile_store")
 _MAX_NAME = 128
 
 
@@ -45,12 +52,12 @@ class ProfileStore:
     def __init__(self, directory: str | Path, default: str | None = None):
         self._dir = Path(directory)
         self._default = default
-        self._cache: dict[str, tuple[float, profiles.Profile]] = {}
+        self._cache: dict[str, tuple[float, fitted.Profile]] = {}
         self._warned: set[tuple[str, str, str]] = set()
 
     def select(
         self, requested: str | None, *, param: str, info: ModelInfo | None = None
-    ) -> profiles.Profile | None:
+    ) -> fitted.Profile | None:
         """The profile a request asked for (or the default); ``None`` for none. The
         default applies only to the model it was fitted for (``info``): behind a
         llama-server router, requests for the other models get none."""
@@ -58,31 +65,31 @@ class ProfileStore:
         if name is None or name == NO_PROFILE:
             return None
         found = self._load(name, param=param)
-        if requested is None and info is not None and not profiles.same_model(found.model, info.id):
+        if requested is None and info is not None and not fitted.same_model(found.model, info.id):
             return None
         return found
 
-    def _load(self, name: str, *, param: str) -> profiles.Profile:
+    def _load(self, name: str, *, param: str) -> fitted.Profile:
         if len(name) > _MAX_NAME:
             raise ProfileRefused(
                 f"calibration profile names are at most {_MAX_NAME} characters", param=param
             )
         try:
-            path = profiles.profile_path(name, self._dir)
+            path = fitted.profile_path(name, self._dir)
             try:
                 mtime = path.stat().st_mtime  # one stat per request: re-read when it changes
             except FileNotFoundError:
                 mtime = -1.0  # load() below says which profile is missing
             cached = self._cache.get(name)
             if cached is None or cached[0] != mtime:
-                self._cache[name] = (mtime, profiles.load(name, self._dir))
+                self._cache[name] = (mtime, fitted.load(name, self._dir))
             return self._cache[name][1]
-        except (profiles.ProfileError, OSError) as err:
+        except (fitted.ProfileError, OSError) as err:
             raise ProfileRefused(str(err), param=param) from err
 
     def check(
         self,
-        profile: profiles.Profile,
+        profile: fitted.Profile,
         info: ModelInfo,
         *,
         param: str,
@@ -93,8 +100,8 @@ class ProfileStore:
         layout); warn (once per profile and build, or read scheme) when it was fitted on
         another llama.cpp build or read scheme: the numbers can differ slightly."""
         try:
-            profiles.check_compatible(profile, info.id, version)
-        except profiles.ProfileMismatch as err:
+            fitted.check_compatible(profile, info.id, version)
+        except fitted.ProfileMismatch as err:
             raise ProfileRefused(str(err), param=param) from err
         if (
             profile.read_scheme
@@ -110,7 +117,7 @@ class ProfileStore:
                 profile.read_scheme,
                 scheme,
             )
-        if profiles.other_build(profile, info.build) and (
+        if fitted.other_build(profile, info.build) and (
             (seen := (profile.name, profile.llama_build, info.build)) not in self._warned
         ):
             self._warned.add(seen)
@@ -138,7 +145,7 @@ _NO_PLAN = DebiasPlan()
 
 
 def debias_for(
-    profile: profiles.Profile | None,
+    profile: fitted.Profile | None,
     question: Question,
     method: str | None,
     requested: Sequence[int],
@@ -177,8 +184,8 @@ def debias_for(
     return DebiasPlan()
 
 
-def calibrate(
-    profile: profiles.Profile | None, outcome: Outcome, plan: DebiasPlan, floor: float | None = None
+def apply_profile(
+    profile: fitted.Profile | None, outcome: Outcome, plan: DebiasPlan, floor: float | None = None
 ) -> Outcome:
     """The outcome with the position prior divided out (PriDe), then calibrated
     probabilities, their argmax, the method and the route with its reason."""
@@ -191,7 +198,7 @@ def calibrate(
         return outcome
     decision = outcome.decision
     kind = decision.question.kind
-    probs = tuple(profiles.apply(profile, kind, decision.probabilities))
+    probs = tuple(fitted.apply(profile, kind, decision.probabilities))
     method = profile.method(kind)
     # temperature scaling keeps the choice (taken from the log-probabilities, which
     # rounding cannot tie); the other maps may move it on purpose
@@ -200,7 +207,7 @@ def calibrate(
         if method in ("none", "temperature")
         else max(range(len(probs)), key=lambda i: probs[i])
     )
-    route, reason = profiles.route(profile, probs, decision.label_mass, floor)
+    route, reason = fitted.route(profile, probs, decision.label_mass, floor)
     return replace(
         outcome,
         decision=replace(decision, probabilities=probs, best=best),
