@@ -143,11 +143,13 @@ def parse_models(data: Any) -> ModelList:
 def _listed(entry: Mapping[str, Any]) -> ModelInfo:
     """One ``/v1/models`` entry: its id (required), vocabulary and context (``meta``, which
     a router lists only once the model is loaded), aliases, output modalities, creation."""
-    meta, architecture = entry.get("meta"), entry.get("architecture")
-    if not isinstance(meta, dict):
-        meta = {}
-    if not isinstance(architecture, dict):
-        architecture = {}
+    meta, architecture = entry.get("meta") or {}, entry.get("architecture") or {}
+    for name, value in (("meta", meta), ("architecture", architecture)):
+        if not isinstance(value, dict):  # read as absent, n_ctx's checks would be skipped
+            raise UpstreamBadResponse(
+                f"llama-server's /v1/models entry {entry['id']!r} has a {name} that is not"
+                " a JSON object"
+            )
     aliases = entry.get("aliases")
     modalities = architecture.get("output_modalities")
     return ModelInfo(

@@ -230,14 +230,14 @@ async def _send(
             None,
             None,
         )
-    except httpx.TransportError as exc:  # after the retry policy's last attempt
+    except httpx.RequestError as exc:  # after the retry policy's last attempt; a broken body too
         return (
             {
                 "id": line.id,
                 "status": None,
                 "error": {
                     "code": "unreachable",
-                    "message": f"the proxy could not be reached: {exc!r}",
+                    "message": f"no answer could be read from the proxy: {exc!r}",
                 },
             },
             None,

@@ -14,7 +14,7 @@ from proxy.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from proxy.upstream import NextToken, Upstream
+from proxy.upstream import NextToken, Upstream, parse_models
 
 GOOD = {
     "model": "m",
@@ -202,3 +202,15 @@ async def test_a_name_that_does_not_resolve_is_unavailable():
     finally:
         await up.close()
     assert caught.value.status == 503
+
+
+@pytest.mark.parametrize("field", ["meta", "architecture"])
+def test_a_models_entry_whose_meta_is_not_an_object_is_a_bad_response(field):
+    # read as absent, the context length would be unknown and its 400 skipped
+    with pytest.raises(UpstreamBadResponse, match=f"'m.gguf' has a {field} that is not a JSON"):
+        parse_models({"data": [{"id": "m.gguf", field: ["n_ctx", 8192]}]})
+
+
+def test_a_models_entry_without_meta_is_read_with_what_it_has():
+    (info,) = parse_models({"data": [{"id": "m.gguf", "meta": None}]}).models
+    assert (info.id, info.n_ctx, info.output_modalities) == ("m.gguf", None, ("text",))
