@@ -25,7 +25,6 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
-    JsonValue,
     Tag,
     ValidationError,
 )
@@ -94,7 +93,10 @@ class _Image(_Strict):
 
 class _Json(_Strict):
     type: Literal["input_json"]
-    data: dict[str, JsonValue] | list[dict[str, JsonValue]]
+    # any JSON object, or a list of them; Any rather than JsonValue keeps the document's
+    # schema plain (`additionalProperties: true`), which schemathesis 4.32 can negate: with
+    # JsonValue's component there it fails to generate bad bodies (InvalidSchema)
+    data: dict[str, Any] | list[dict[str, Any]]
 
 
 class _OutputText(_Strict):

@@ -102,13 +102,20 @@ def _bounded(doc: dict[str, Any]) -> dict[str, Any]:
     within it, or one up to twice it (refused)."""
     doc = copy.deepcopy(doc)
     schemas = doc["components"]["schemas"]
+    ops = [op for path in doc["paths"].values() for op in path.values()]
     bodies = [
-        media["schema"]
-        for ops in doc["paths"].values()
-        for op in ops.values()
-        for media in op.get("requestBody", {}).get("content", {}).values()
+        m["schema"] for op in ops for m in op.get("requestBody", {}).get("content", {}).values()
     ]
-    for schema in bodies + [schemas[name] for name in _referenced(bodies, schemas)]:
+    answers = [r for op in ops for r in op.get("responses", {}).values()]
+    asked = _referenced(bodies, schemas)
+    answered = _referenced(answers, schemas)
+    # a component both sides use (free JSON values, a document) is narrowed for the
+    # requests only: the answers refer to an untouched copy
+    copies = {name: f"{name}Answered" for name in asked & answered}
+    for name, copied in copies.items():
+        schemas[copied] = copy.deepcopy(schemas[name])
+    _renamed(answers + [schemas[n] for n in (answered - asked) | set(copies.values())], copies)
+    for schema in bodies + [schemas[name] for name in asked]:
         _small(schema)
     schemas["SystemOneRequest"]["properties"]["model"] = {"enum": [MODEL, None]}
     schemas["DecisionsRequest"]["properties"]["model"] = {"const": MODEL}
@@ -116,6 +123,21 @@ def _bounded(doc: dict[str, Any]) -> dict[str, Any]:
     schemas["ChatPassThroughRequest"]["properties"]["max_tokens"] = tokens
     schemas["CompletionsRequest"]["properties"]["max_tokens"] = tokens
     return doc
+
+
+def _renamed(roots: list[Any], names: dict[str, str]) -> None:
+    """Point the references in ``roots`` to the components renamed in ``names``."""
+    prefix = "#/components/schemas/"
+    todo = list(roots)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith(prefix) and ref[len(prefix) :] in names:
+                node["$ref"] = prefix + names[ref[len(prefix) :]]
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
 
 
 def _referenced(roots: list[Any], schemas: dict[str, Any]) -> set[str]:
