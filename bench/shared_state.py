@@ -181,9 +181,7 @@ def main() -> None:
     for name, statuses in STATUSES.items():
         answered = statuses.count(200)
         counts = ", ".join(f"{code}: {statuses.count(code)}" for code in sorted(set(statuses)))
-        print(
-            f"  {name}: {answered} of {len(statuses)} answered with 200 (target: all); {counts}"
-        )
+        print(f"  {name}: {answered} of {len(statuses)} answered with 200 (target: all); {counts}")
     at_once = medians["16 requests, all at once"] / single
     print(
         f"  16 requests at once / one request = {at_once:.2f}"
