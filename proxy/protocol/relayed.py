@@ -33,7 +33,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from ..config import environment_variable
 from ..errors import InvalidRequest
-from .wire import CONTENT_OR_CALLS, Count, Open
+from .wire import CONTENT_OR_CALLS, Count, Open, TextPart, ToolCall
 
 __all__ = [
     "CHAT_PATHS",
@@ -60,29 +60,13 @@ _TOKENS = (
 )
 
 
-class _TextPart(Open):
-    type: Literal["text"]
-    text: str
-
-
-class _Function(Open):
-    name: str
-    arguments: str
-
-
-class _ToolCall(Open):
-    type: Literal["function"]
-    id: str | SkipJsonSchema[None] = None
-    function: _Function
-
-
 class Message(Open):
     """An OpenAI chat message; roles stay free (a chat template may know others)."""
 
     model_config = ConfigDict(json_schema_extra=CONTENT_OR_CALLS)
     role: str
-    content: str | list[_TextPart] | None = None
-    tool_calls: list[_ToolCall] | SkipJsonSchema[None] = None
+    content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | SkipJsonSchema[None] = None
 
 
 class ChatPassThroughRequest(Open):

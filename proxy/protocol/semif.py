@@ -22,7 +22,6 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import ConfigDict, Field, JsonValue, SkipValidation, ValidationError
-from pydantic.json_schema import SkipJsonSchema
 
 from ..bounded import BoundedCache
 from ..decision.debias import DebiasError, parse_debias
@@ -45,6 +44,8 @@ from .wire import (
     NoulCriteria,
     Open,
     ScoreLevels,
+    TextPart,
+    ToolCall,
 )
 
 __all__ = [
@@ -101,22 +102,6 @@ class SemifScore(SemifSpec):
     options: Annotated[ScoreLevels, SkipValidation]
 
 
-class _TextPart(Open):
-    type: Literal["text"]
-    text: str
-
-
-class _Function(Open):
-    name: str
-    arguments: str
-
-
-class _DecisionToolCall(Open):
-    type: Literal["function"]
-    id: str | SkipJsonSchema[None] = None
-    function: _Function
-
-
 class DecisionMessage(Open):
     """A message a decision read can lay out (``refuse_incompatible``'s rules): text
     content (a string, null or text parts) and, if any, tool calls. The document also
@@ -125,11 +110,11 @@ class DecisionMessage(Open):
 
     model_config = ConfigDict(json_schema_extra=CONTENT_OR_CALLS)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[_TextPart] | None = None
+    content: str | list[TextPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
-    tool_calls: list[_DecisionToolCall] | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class _StreamOptions(Open):

@@ -14,10 +14,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic.json_schema import SkipJsonSchema
 
 from ..decision.question import MAX_LEVELS, MAX_OPTIONS, MIN_LEVELS, MIN_OPTIONS
 
 __all__ = [
+    "TextPart",
+    "Function",
+    "ToolCall",
     "CONTENT_OR_CALLS",
     "Description",
     "Name",
@@ -97,3 +101,23 @@ Count = Annotated[int, Field(ge=0)]
 # holds these to them)
 Layout = Literal["conversation_first", "options_first"]
 PromptFormat = Literal["semif-1", "semif-2"]
+
+
+class TextPart(Open):
+    """A chat message's text content part (OpenAI's shape)."""
+
+    type: Literal["text"]
+    text: str
+
+
+class Function(Open):
+    name: str
+    arguments: str
+
+
+class ToolCall(Open):
+    """A tool call an assistant message carries (OpenAI's shape)."""
+
+    type: Literal["function"]
+    id: str | SkipJsonSchema[None] = None
+    function: Function
