@@ -40,9 +40,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import NamedTuple
@@ -239,6 +240,9 @@ class SlotBook:
         self._waiting: collections.deque[asyncio.Future[int]] = collections.deque()
         self._reading: dict[int, tuple[int, ...]] = {}  # prefix scheme: leased slot -> prompt
         self._waiting_for: dict[int, collections.deque[asyncio.Future[int]]] = {}
+        # prefix scheme: the first prompts of decisions admitted (or being admitted) that
+        # have not finished, for estimates (``base``): what the slots will soon hold
+        self._coming: dict[object, tuple[int, ...]] = {}
 
     @property
     def size(self) -> int:
@@ -292,6 +296,43 @@ class SlotBook:
             own = len(prompt) - shared + READ_TOKENS
             if more >= max(WAIT_FOR_PREFIX, own * (queued + 1)) and more > gain:
                 best, gain = slot, more
+        return best
+
+    @contextlib.contextmanager
+    def coming(self, prompt: tuple[int, ...]) -> Iterator[None]:
+        """Within the block, ``prompt`` counts as one a slot will read (``base``): a
+        decision from the moment its cost is estimated until it has finished."""
+        key = object()
+        self._coming[key] = prompt
+        try:
+            yield
+        finally:
+            del self._coming[key]
+
+    def base(self, prompt: tuple[int, ...]) -> Held | None:
+        """What a read of ``prompt`` will build on, for estimating its cost (prefix
+        scheme): the slot holding most of it, unless decisions being read or coming share
+        ``WAIT_FOR_PREFIX`` tokens more of it and few enough of them share it that the
+        lease would wait for the one reading it (the rule of ``_worth_waiting``, with
+        every other decision sharing that much counted as waiting before this one): then
+        the part they share, as if already held. So 16 questions sent at once about one
+        state cost the state once, not 16 times."""
+        best = max(
+            (h for h in self.holds.values() if h is not None),
+            default=None,
+            key=lambda h: common_prefix(h.tokens, prompt),
+        )
+        held = common_prefix(best.tokens, prompt) if best is not None else 0
+        coming = [common_prefix(other, prompt) for other in self._coming.values()]
+        reading = [common_prefix(other, prompt) for other in self._reading.values()]
+        shared = max(coming + reading, default=0)
+        more = shared - held
+        own = len(prompt) - shared + READ_TOKENS
+        # the first reader and those that will wait for it (every decision is coming until
+        # it has finished; a read that is not, a self-check's, counts as the first)
+        sharers = max(1, sum(1 for s in coming if s >= shared))
+        if more >= max(WAIT_FOR_PREFIX, own * sharers):
+            return Held(prompt[:shared], 0)
         return best
 
     def _release(self, slot: int) -> None:

@@ -267,42 +267,45 @@ class DecisionService:
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
         rotations = max((len(d) for d in debias.values()), default=1) or 1
-        work = await self._work(
+        book = await self._reader.book()
+        work, first_prompt = await self._work(
             [(messages, q) for q in questions.values()],
             template_kwargs,
             layout,
             rotations,
             bool(contextual),
         )
-        async with self._admission.admit(work):
-            items = list(questions.items())
+        # until it has finished, its prompt is one the slots will hold (book.base)
+        with book.coming(first_prompt) if first_prompt else contextlib.nullcontext():
+            async with self._admission.admit(work):
+                items = list(questions.items())
 
-            def one(qid: str, question: Question) -> Coroutine[Any, Any, Outcome]:
-                return self._decide(
-                    messages,
-                    question,
-                    template_kwargs,
-                    debias.get(qid, ()),
-                    free if qid in contextual else None,
-                    layout,
-                )
+                def one(qid: str, question: Question) -> Coroutine[Any, Any, Outcome]:
+                    return self._decide(
+                        messages,
+                        question,
+                        template_kwargs,
+                        debias.get(qid, ()),
+                        free if qid in contextual else None,
+                        layout,
+                    )
 
-            first_id, first = items[0]
-            outcomes = {first_id: await one(first_id, first)}
-            if len(items) > 1:
-                limit = asyncio.Semaphore(self._fanout or await self.total_slots())
+                first_id, first = items[0]
+                outcomes = {first_id: await one(first_id, first)}
+                if len(items) > 1:
+                    limit = asyncio.Semaphore(self._fanout or await self.total_slots())
 
-                async def limited(qid: str, question: Question) -> None:
-                    async with limit:
-                        outcomes[qid] = await one(qid, question)
+                    async def limited(qid: str, question: Question) -> None:
+                        async with limit:
+                            outcomes[qid] = await one(qid, question)
 
-                try:
-                    async with asyncio.TaskGroup() as group:
-                        for qid, question in items[1:]:
-                            group.create_task(limited(qid, question))
-                except ExceptionGroup as failed:  # the first failure speaks for the request
-                    raise failed.exceptions[0] from None
-            return {qid: outcomes[qid] for qid, _ in items}
+                    try:
+                        async with asyncio.TaskGroup() as group:
+                            for qid, question in items[1:]:
+                                group.create_task(limited(qid, question))
+                    except ExceptionGroup as failed:  # the first failure speaks for the request
+                        raise failed.exceptions[0] from None
+                return {qid: outcomes[qid] for qid, _ in items}
 
     async def _decide(
         self,
@@ -446,21 +449,24 @@ class DecisionService:
         layout: str,
         rotations: int,
         contextual: bool,
-    ) -> Work | None:
+    ) -> tuple[Work | None, tuple[int, ...]]:
         """The tokens and idle-server seconds of reading each (conversation, question) in
         turn, the first on the slot holding most of its prompt and each next on the slot
         the one before left (as the slot book places a conversation's questions); each
         read widened as often as the last one with as many options; ``rotations`` reads
         per question (debiasing: each again from the options on), one more for a
         content-free answer. None while this server's costs are unknown or the prompt
-        cannot be planned (images; a template that hides the options)."""
+        cannot be planned (images; a template that hides the options). With it, the
+        first question's prompt (empty when none was made): a prompt the slots will hold
+        (``SlotBook.coming``), which decisions costed after it may build on."""
         cost = self._reader.cost
         if cost.observed == 0:
-            return None
+            return None, ()
         kwargs = rendering_kwargs(template_kwargs)
         ubatch = self._reader.ubatch
         book = await self._reader.book()
         before: Held | None = None
+        first: tuple[int, ...] = ()
         tokens = 0
         seconds = 0.0
         for messages, question in asked:
@@ -473,21 +479,29 @@ class DecisionService:
                 else None
             )
             if found is None or (info.n_ctx and len(found[0]) >= info.n_ctx):
-                return None  # read as it comes, or refused by the read for its length
+                return None, first  # read as it comes, or refused by the read for its length
             prompt, s_len = found
-            if before is None:  # the slot that holds most of this prompt
-                before = max(
-                    book.holds.values(),
-                    default=None,
-                    key=lambda h: -1 if h is None else common_prefix(h.tokens, prompt),
-                )
-                if not ubatch and (before is None or before.s_len != s_len):
-                    before = None
+            if not first:
+                first = prompt
+                if ubatch:  # the slot holding most of it, or the read it will wait for
+                    before = book.base(prompt)
+                else:  # the segment scheme reuses a slot holding the same segment
+                    before = max(
+                        (
+                            h
+                            for h in book.holds.values()
+                            if h is not None
+                            and h.s_len == s_len
+                            and h.tokens[:s_len] == prompt[:s_len]
+                        ),
+                        default=None,
+                        key=lambda h: common_prefix(h.tokens, prompt),
+                    )
             steps = plan_prefix(before, prompt, ubatch) if ubatch else plan(before, s_len, prompt)
             for step in steps:
                 step_s = cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated, step.cached)
                 if step_s is None:
-                    return None
+                    return None, first
                 tokens += step.evaluated
                 seconds += step_s
             again = rotations - 1 + int(contextual)  # the options again, from where they start
@@ -501,7 +515,7 @@ class DecisionService:
             one = cost.step_s(ONE, 1, len(prompt)) or 0.0
             seconds += (widen - rotations - int(contextual)) * one
             before = Held(prompt, s_len)
-        return Work(tokens, seconds)
+        return Work(tokens, seconds), first
 
     # -- the read ---------------------------------------------------------------------
 

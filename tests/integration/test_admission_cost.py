@@ -135,6 +135,17 @@ def test_questions_sent_at_once_about_one_state_evaluate_it_once(proxy_url, llam
     # once the state, then each question's own part (under 100 tokens each): four slots
     # each evaluating the state would be about 4 x 500
     assert spent < tokens + 8 * 100, (spent, tokens)
+    # and admission estimated it so: the state counted once, not once per request
+    estimated = [_estimated_tokens(r) for r in answers]
+    assert sum(estimated) < tokens + 8 * 100, (estimated, tokens)
+    assert max(estimated) > tokens  # the first to be costed reads it
+
+
+def _estimated_tokens(resp: httpx.Response) -> int:
+    timing = resp.headers["Server-Timing"]
+    found = re.search(r'semif-estimate;dur=\d+;desc="(\d+) prompt tokens', timing)
+    assert found, timing
+    return int(found.group(1))
 
 
 def test_a_retry_after_a_client_left_continues_from_what_the_slot_kept(proxy_url, llama, logs_dir):

@@ -4,6 +4,7 @@ and what llama-server must report, for every state its slot can be in."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -300,3 +301,50 @@ async def test_with_every_slot_leased_a_prefix_they_all_will_hold_is_no_reason_t
     await second.__aexit__(None, None, None)  # the first slot freed goes to it
     assert await asyncio.wait_for(third, 5) == b and a != b
     await first.__aexit__(None, None, None)
+
+
+# -- estimates: what a read will build on (SlotBook.base) --------------------------------
+
+STATE = tuple(range(1000, 2500))  # a 1,500-token state
+QUESTION = (7, 8, 9, 10)
+
+
+def _asked(n: int) -> tuple[int, ...]:
+    return (*STATE, *QUESTION, n)
+
+
+def test_base_is_the_slot_holding_most_when_nothing_is_coming():
+    book = SlotBook(2)
+    assert book.base(_asked(1)) is None
+    book.holds[1] = Held(STATE[:300], 0)
+    assert book.base(_asked(1)) == Held(STATE[:300], 0)
+
+
+def test_base_counts_a_state_coming_once_for_those_that_will_wait_for_it():
+    book = SlotBook(4)
+    with book.coming(_asked(0)):
+        base = book.base(_asked(1))
+        # the shared part (state and question) as if held: only this request's own tokens
+        assert base == Held(_asked(1)[:1504], 0)
+        steps = plan_prefix(base, _asked(1), 63)
+        assert [s.evaluated for s in steps] == [1]  # its last token, read alone
+    assert book.base(_asked(1)) is None  # finished (or refused): nothing is coming
+
+
+def test_base_stops_counting_on_the_shared_part_when_too_many_would_wait():
+    # own part 1 + READ_TOKENS 16 = 17 tokens each: 1,504 tokens shared are worth waiting
+    # for while the sharers number at most 1504 // 17 = 88, as the lease rule says
+    book = SlotBook(4)
+    with contextlib.ExitStack() as stack:
+        for n in range(88):
+            stack.enter_context(book.coming(_asked(n)))
+        assert book.base(_asked(100)) == Held(_asked(100)[:1504], 0)
+        stack.enter_context(book.coming(_asked(88)))
+        assert book.base(_asked(100)) is None
+
+
+def test_base_prefers_what_a_slot_holds_when_it_is_no_less_than_what_is_coming():
+    book = SlotBook(2)
+    book.holds[0] = Held(STATE[:1400], 0)
+    with book.coming(_asked(0)):  # 104 tokens more than held: under WAIT_FOR_PREFIX (128)
+        assert book.base(_asked(1)) == Held(STATE[:1400], 0)
