@@ -6,6 +6,8 @@ job, with boto3.
         [--min-instances 1] [--max-instances 2] [--target-concurrency 3] [--no-wait]
     python -m deploy create ... --proxy-image URI --llama-image URI     (two containers)
     python -m deploy create ... --proxy-image URI --llama-dlc [--dlc-image URI]
+    python -m deploy create ... --capture s3://bucket/capture/ [--capture-percent 100] \\
+        [--capture-inputs]                                   (Data Capture of decision records)
     python -m deploy delete --name semif [--region eu-west-1]
     python -m deploy transform --name job-1 --image URI --model-data s3://... --role ARN \\
         --input s3://bucket/in/ --output s3://bucket/out/ [--invocations-timeout 3600]
@@ -29,6 +31,13 @@ proxy 0 (unknown). On every instance type llama-server's host-memory prompt cach
 The endpoint scales on SageMaker's high-resolution ``ConcurrentRequestsPerModel`` (requests
 in flight or queued in the container), which follows work, not on invocations, whose cost
 varies a hundredfold with options and questions.
+
+``--capture`` turns on SageMaker Data Capture for the endpoint: SageMaker writes a sampled
+share of the invocations (``--capture-percent``) to S3 as JSON lines, and the proxy is told to
+put each decision's record in its answer (``PROXY_DECISION_RECORDS=answer``), so a captured
+answer carries its record (``python -m semif_tools records-from-capture`` reads them back).
+Only the answers are captured unless ``--capture-inputs`` asks for the requests too, which hold
+the conversations; the JSON content types are declared, so captures hold JSON, not base64.
 
 ``transform`` runs a job on the single image (an existing model with ``--model``, or one it
 creates from ``--image``): JSON lines in, one answer per line out, in order, each payload
@@ -56,6 +65,7 @@ __all__ = [
     "Names",
     "TransformConfig",
     "create",
+    "data_capture_config",
     "delete",
     "endpoint_config_request",
     "main",
@@ -107,6 +117,10 @@ _DLC_NAMES = {
     "N_GPU_LAYERS": "N_GPU_LAYERS",
 }
 MIB = 1024 * 1024
+# Data Capture: the answers' content types (one JSON object; the jsonlines /invocations body),
+# declared so SageMaker stores them as JSON text, not base64 (it encodes undeclared ones)
+CAPTURE_JSON_TYPES = ("application/json", "application/jsonlines")
+CAPTURE_RECORDS = "answer"  # PROXY_DECISION_RECORDS: each answer carries its decisions' records
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,55}$")  # leaves room for "-config"
 _SUMMARY = "Create or delete the sidecar's SageMaker endpoint, or run a Batch Transform job."
 _GONE = {"ObjectNotFoundException", "ResourceNotFound"}
@@ -135,6 +149,9 @@ class DeployConfig:
     parallel: int = 4
     ctx_size: int = 32768
     startup_timeout_s: int = 900  # model download + load before /ping must pass
+    capture_s3_uri: str | None = None  # Data Capture's destination; None: no capture
+    capture_percent: int = 100  # invocations captured (InitialSamplingPercentage)
+    capture_inputs: bool = False  # capture the requests too (they hold the conversations)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -147,6 +164,12 @@ class DeployConfig:
             raise ValueError("need 1 <= min instances <= max instances")
         if not self.target_concurrency > 0:
             raise ValueError("target concurrency must be positive")
+        if self.capture_s3_uri is not None and not self.capture_s3_uri.startswith("s3://"):
+            raise ValueError("--capture must be an s3:// URL")
+        if not 1 <= self.capture_percent <= 100:
+            raise ValueError("--capture-percent: 1 to 100")
+        if self.capture_inputs and self.capture_s3_uri is None:
+            raise ValueError("--capture-inputs needs --capture")
         self.layout  # noqa: B018 - raises for a mix of images that names no layout
         if self.layout == "dlc" and self.startup_timeout_s < DLC_MIN_STARTUP_S:
             raise ValueError(
@@ -191,8 +214,12 @@ def ubatch(cfg: DeployConfig) -> tuple[int, int]:
 
 def proxy_environment(cfg: DeployConfig) -> dict[str, str]:
     """What the proxy must know of llama-server's flags (in the single image, the
-    entrypoint hands it to the proxy)."""
-    return {"PROXY_UPSTREAM_UBATCH": str(ubatch(cfg)[1])}
+    entrypoint hands it to the proxy), and, with Data Capture on, that its answers carry
+    their decision records (the capture is where they are kept)."""
+    env = {"PROXY_UPSTREAM_UBATCH": str(ubatch(cfg)[1])}
+    if cfg.capture_s3_uri is not None:
+        env["PROXY_DECISION_RECORDS"] = CAPTURE_RECORDS
+    return env
 
 
 def llama_environment(cfg: DeployConfig) -> dict[str, str]:
@@ -258,7 +285,27 @@ def endpoint_config_request(cfg: DeployConfig) -> dict[str, Any]:
     }
     if cfg.gpu:
         variant["InferenceAmiVersion"] = GPU_AMI
-    return {"EndpointConfigName": names.config, "ProductionVariants": [variant]}
+    request: dict[str, Any] = {"EndpointConfigName": names.config, "ProductionVariants": [variant]}
+    capture = data_capture_config(cfg)
+    if capture is not None:
+        request["DataCaptureConfig"] = capture
+    return request
+
+
+def data_capture_config(cfg: DeployConfig) -> dict[str, Any] | None:
+    """CreateEndpointConfig's DataCaptureConfig, or None without ``--capture``: the answers
+    only (Data Capture records requests too unless told not to), requests on
+    ``--capture-inputs``; JSON content types declared, so the captures are JSON text."""
+    if cfg.capture_s3_uri is None:
+        return None
+    modes = ["Input", "Output"] if cfg.capture_inputs else ["Output"]
+    return {
+        "EnableCapture": True,
+        "InitialSamplingPercentage": cfg.capture_percent,
+        "DestinationS3Uri": cfg.capture_s3_uri,
+        "CaptureOptions": [{"CaptureMode": mode} for mode in modes],
+        "CaptureContentTypeHeader": {"JsonContentTypes": list(CAPTURE_JSON_TYPES)},
+    }
 
 
 def scaling_policy_request(cfg: DeployConfig) -> dict[str, Any]:
@@ -473,6 +520,22 @@ def _parser() -> argparse.ArgumentParser:
         help="AWS's llama.cpp container, unchanged, beside --proxy-image",
     )
     make.add_argument("--dlc-image", help="the llama.cpp DLC's URI (default: by instance type)")
+    make.add_argument(
+        "--capture",
+        metavar="S3_URI",
+        help="turn on Data Capture of the answers (with their decision records) to this s3:// URI",
+    )
+    make.add_argument(
+        "--capture-percent",
+        type=int,
+        default=DeployConfig.capture_percent,
+        help="share of invocations captured, 1-100 (InitialSamplingPercentage)",
+    )
+    make.add_argument(
+        "--capture-inputs",
+        action="store_true",
+        help="capture the requests too (they hold the conversations; off by default)",
+    )
     make.add_argument("--min-instances", type=int, default=DeployConfig.min_instances)
     make.add_argument("--max-instances", type=int, default=DeployConfig.max_instances)
     make.add_argument(
@@ -531,6 +594,9 @@ def _config(args: argparse.Namespace) -> DeployConfig | TransformConfig:
         target_concurrency=args.target_concurrency,
         parallel=args.parallel,
         ctx_size=args.ctx_size,
+        capture_s3_uri=args.capture,
+        capture_percent=args.capture_percent,
+        capture_inputs=args.capture_inputs,
     )
 
 

@@ -3,6 +3,7 @@ as deploy/deploy.py (containers, their environment, variant, scaling), in both l
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ CONFIG = deploy.DeployConfig(
 SINGLE = deploy.DeployConfig(
     name="semif", image="s", model_data="s3://b/m.tar.gz", role="arn:aws:iam::123456789012:role/r"
 )
+
+
+NO_CAPTURE = {"Gpu": False, "Capture": False, "CaptureRequests": False}
 
 
 def branch(prop: dict, single: bool):
@@ -77,7 +81,7 @@ def test_model_is_one_container_or_the_proxy_and_llama_in_direct_mode():
 def test_template_and_deploy_py_agree_on_the_single_image():
     ours = deploy.model_request(SINGLE)["PrimaryContainer"]
     theirs = branch(RESOURCES["Model"]["Properties"]["PrimaryContainer"], True)
-    assert set(ours["Environment"]) == set(theirs["Environment"])
+    assert set(ours["Environment"]) == set(when(theirs["Environment"], NO_CAPTURE))
     assert ("ModelDataUrl" in ours) and ("ModelDataUrl" in theirs)
     assert "Containers" not in deploy.model_request(SINGLE)
 
@@ -89,7 +93,7 @@ def test_template_and_deploy_py_agree_on_containers():
     containers = branch(template["Containers"], False)
     for mine, theirs in zip(ours["Containers"], containers, strict=True):
         assert mine["ContainerHostname"] == theirs["ContainerHostname"]
-        assert set(mine["Environment"]) == set(theirs["Environment"])
+        assert set(mine["Environment"]) == set(when(theirs["Environment"], NO_CAPTURE))
         assert ("ModelDataUrl" in mine) == ("ModelDataUrl" in theirs)
     assert ours["Containers"][0]["Environment"]["PROXY_HOST"] == "0.0.0.0"
     assert containers[0]["Environment"]["PROXY_HOST"] == "0.0.0.0"
@@ -117,3 +121,81 @@ def test_instance_types_default_to_cpu_and_allow_gpus():
     instance = TEMPLATE["Parameters"]["InstanceType"]
     assert instance["Default"] == deploy.DEFAULT_INSTANCE_TYPE == "ml.c7i.xlarge"
     assert {"ml.g5.xlarge", "ml.g6.xlarge"} <= set(instance["AllowedValues"])
+
+
+CAPTURE = deploy.DeployConfig(
+    name="semif",
+    image="s",
+    model_data="s3://b/m.tar.gz",
+    role="arn:aws:iam::123456789012:role/r",
+    capture_s3_uri="s3://b/capture/",
+)
+
+
+def when(value, conditions: dict[str, bool]):
+    """``value`` with every ``Fn::If`` resolved under ``conditions``; None for AWS::NoValue
+    (dropped from maps and lists, as CloudFormation drops it)."""
+    if isinstance(value, dict):
+        if set(value) == {"Fn::If"}:
+            name, yes, no = value["Fn::If"]
+            return when(yes if conditions[name] else no, conditions)
+        if value == {"Ref": "AWS::NoValue"}:
+            return None
+        resolved = {k: when(v, conditions) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not None}
+    if isinstance(value, list):
+        return [v for v in (when(item, conditions) for item in value) if v is not None]
+    return value
+
+
+@pytest.mark.parametrize("inputs", [False, True])
+def test_template_and_deploy_py_agree_on_data_capture(inputs: bool):
+    variant = RESOURCES["EndpointConfig"]["Properties"]
+    on = {"Capture": True, "CaptureRequests": inputs}
+    theirs = when(variant["DataCaptureConfig"], on)
+    ours = deploy.data_capture_config(dataclasses.replace(CAPTURE, capture_inputs=inputs))
+    assert ours is not None
+    assert theirs["CaptureOptions"] == ours["CaptureOptions"]
+    assert theirs["CaptureContentTypeHeader"] == ours["CaptureContentTypeHeader"]
+    assert theirs["EnableCapture"] is ours["EnableCapture"] is True
+    assert theirs["DestinationS3Uri"] == {"Ref": "CaptureS3Uri"}
+    assert theirs["InitialSamplingPercentage"] == {"Ref": "CapturePercent"}
+    assert when(variant, {"Capture": False, "CaptureRequests": False}).get("DataCaptureConfig") is (
+        None
+    )
+
+
+def test_capture_is_off_by_default_and_outputs_only_unless_asked():
+    params = TEMPLATE["Parameters"]
+    assert params["CaptureS3Uri"]["Default"] == ""
+    assert params["CaptureInputs"]["Default"] == "false"
+    assert (params["CapturePercent"]["MinValue"], params["CapturePercent"]["MaxValue"]) == (1, 100)
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_template_and_deploy_py_agree_on_the_proxy_environment_with_capture(capture: bool):
+    conditions = {"Single": True, "Gpu": False, "Capture": capture, "CaptureRequests": False}
+    model = when(RESOURCES["Model"]["Properties"], conditions)
+    cfg = CAPTURE if capture else SINGLE
+    ours = deploy.model_request(cfg)["PrimaryContainer"]["Environment"]
+    assert model["PrimaryContainer"]["Environment"].keys() == ours.keys()
+    assert (
+        ours.get("PROXY_DECISION_RECORDS")
+        == model["PrimaryContainer"]["Environment"].get("PROXY_DECISION_RECORDS")
+        == ("answer" if capture else None)
+    )
+    two = when(RESOURCES["Model"]["Properties"], {**conditions, "Single": False})
+    assert ("PROXY_DECISION_RECORDS" in two["Containers"][0]["Environment"]) is capture
+    assert "PROXY_DECISION_RECORDS" not in two["Containers"][1]["Environment"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "rule"),
+    [
+        ("- CaptureMode: Output", "- CaptureMode: Outputs", "E3030"),
+        ("InitialSamplingPercentage: !Ref", "InitialSamplingPercent: !Ref", "E3003"),
+    ],
+)
+def test_cfn_lint_catches_broken_capture(old: str, new: str, rule: str):
+    assert old in TEXT
+    assert any(f.startswith(rule) for f in findings(TEXT.replace(old, new)))

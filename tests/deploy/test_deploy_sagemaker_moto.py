@@ -323,3 +323,75 @@ def test_bad_transform_arguments_start_nothing(clients: Clients, extra, capsys):
     assert deploy.main(argv, clients=clients) == 2
     assert "deploy:" in capsys.readouterr().err
     assert clients("sagemaker").list_transform_jobs()["TransformJobSummaries"] == []
+
+
+CAPTURE = "s3://bucket/semif/capture/"
+
+
+def test_capture_keeps_the_answers_only_as_json_and_the_answers_carry_records(clients: Clients):
+    argv = with_images("--image", SINGLE_IMAGE) + ["--capture", CAPTURE, "--capture-percent", "20"]
+    assert deploy.main(argv, clients=clients) == 0
+    expected = {
+        "EnableCapture": True,
+        "InitialSamplingPercentage": 20,
+        "DestinationS3Uri": CAPTURE,
+        # Data Capture records the requests too unless told not to: the answers only
+        "CaptureOptions": [{"CaptureMode": "Output"}],
+        # declared JSON types are stored as JSON text, the others base64
+        "CaptureContentTypeHeader": {
+            "JsonContentTypes": ["application/json", "application/jsonlines"]
+        },
+    }
+    assert clients.create_endpoint_config[-1]["DataCaptureConfig"] == expected
+    sm = clients("sagemaker")
+    described = sm.describe_endpoint_config(EndpointConfigName=f"{NAME}-config")
+    assert described.get("DataCaptureConfig", expected) == expected  # where moto echoes it
+    env = sm.describe_model(ModelName=f"{NAME}-model")["PrimaryContainer"]["Environment"]
+    assert env["PROXY_DECISION_RECORDS"] == "answer"
+
+
+def test_capture_inputs_only_when_asked_and_records_reach_the_proxy_container(clients: Clients):
+    argv = CREATE + ["--capture", CAPTURE, "--capture-inputs"]
+    assert deploy.main(argv, clients=clients) == 0
+    capture = clients.create_endpoint_config[-1]["DataCaptureConfig"]
+    assert capture["CaptureOptions"] == [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}]
+    assert capture["InitialSamplingPercentage"] == 100
+    proxy, llama = clients("sagemaker").describe_model(ModelName=f"{NAME}-model")["Containers"]
+    assert proxy["Environment"]["PROXY_DECISION_RECORDS"] == "answer"
+    assert "PROXY_DECISION_RECORDS" not in llama["Environment"]
+
+
+def test_without_capture_nothing_is_captured_and_answers_stay_plain(clients: Clients):
+    assert deploy.main(with_images("--image", SINGLE_IMAGE), clients=clients) == 0
+    assert "DataCaptureConfig" not in clients.create_endpoint_config[-1]
+    env = clients.create_model[-1]["PrimaryContainer"]["Environment"]
+    assert "PROXY_DECISION_RECORDS" not in env
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--capture", "https://bucket/capture/"],
+        ["--capture", CAPTURE, "--capture-percent", "0"],
+        ["--capture", CAPTURE, "--capture-percent", "101"],
+        ["--capture-inputs"],  # without --capture
+    ],
+)
+def test_bad_capture_arguments_create_nothing(clients: Clients, extra, capsys):
+    assert deploy.main(CREATE + extra, clients=clients) == 2
+    assert "--capture" in capsys.readouterr().err
+    assert clients("sagemaker").list_models()["Models"] == []
+
+
+def test_the_capture_environment_names_the_setting_the_proxy_reads():
+    from dataclasses import fields
+
+    from proxy.config import Settings, load_settings
+
+    if "decision_records" not in {f.name for f in fields(Settings)}:
+        pytest.skip("the proxy's decision-records setting is not in this tree yet")
+    cfg = deploy.DeployConfig(
+        name="s", image="i", model_data="s3://b/m", role="arn:r", capture_s3_uri=CAPTURE
+    )
+    settings = load_settings([], deploy.proxy_environment(cfg))
+    assert settings.decision_records == "answer"
