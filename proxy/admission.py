@@ -284,19 +284,23 @@ class Admission:
         """Count a relayed request's work (a generation, a chat answer) as admitted while
         it runs, so that decisions see the CPU it takes; never cut by the decision deadline
         (its length is bounded by --relay-max-tokens instead). Refused at once (429) when
-        the work ahead would keep its first token (``Work.first_s``) from coming within
-        ``timeout_s``, the time the proxy waits for llama-server's answer; its own length
-        never refuses it (it may stop long before its cap)."""
+        the work ahead would keep its first token (``Work.first_s``; all of it when that
+        is None: a whole answer of a length the client named) from coming within
+        ``timeout_s``, the time the proxy waits for llama-server's answer."""
         if work is None:
             yield
             return
         first = work.seconds if work.first_s is None else work.first_s
         start = finish_s(first, self.ahead(), self.parallel)
         if start > timeout_s:
+            what = (
+                "would finish in about"
+                if work.first_s is None
+                else "would wait for its first token about"
+            )
             raise Overloaded(
-                f"this generation would wait about {start:.0f} s for its first token behind "
-                f"the work admitted ahead of it, past the {timeout_s:g} s the proxy waits for "
-                "llama-server; retry later",
+                f"this generation {what} {start:.0f} s behind the work admitted ahead of "
+                f"it, past the {timeout_s:g} s the proxy waits for llama-server; retry later",
                 retry_after_s=max(1, math.ceil(start - first)),
             )
         ticket = object()

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from ..admission import Work
 from ..app_keys import ADMISSION, KIND, METRICS, MODELS, SETTINGS
-from ..cost import CHUNK, ONE
+from ..cost import CHUNK, ONE, CostModel
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..protocol.relayed import generation_tokens
 from ..service import DecisionService
@@ -68,20 +68,33 @@ _BYTES_PER_TOKEN = 4
 
 
 def relayed_work(app: web.Application, path: str, body: dict[str, Any], raw: bytes) -> Work | None:
+    """What a relayed request will take on the default model (``relayed_cost``)."""
+    cost = app[MODELS].default_service().cost
+    return relayed_cost(path, body, raw, app[SETTINGS].relay_max_tokens, cost)
+
+
+def relayed_cost(
+    path: str, body: dict[str, Any], raw: bytes, cap: int, cost: CostModel
+) -> Work | None:
     """What a relayed generation will take, for admission to count: its prompt (about
     one token per four bytes of its body) evaluated, then each token it may generate
-    (``generation_tokens``) costed as a one-token read, on the default model's measured
-    costs (proxy/cost.py); None while those are unknown or nothing is generated."""
-    out = generation_tokens(path, body, app[SETTINGS].relay_max_tokens)
+    (``generation_tokens``) costed as a one-token read, on the measured ``cost``
+    (proxy/cost.py); None while those are unknown or nothing is generated.
+
+    Admission judges it by when its first token can come (``Work.first_s``) when the
+    client sees tokens as they come (a stream) or named no length (the cap is then a
+    bound, not what it expects); a whole answer of a length the client named must come
+    within the proxy's wait for llama-server, so that is judged by all of it."""
+    out = generation_tokens(path, body, cap)
     if out is None:
         return None
-    cost = app[MODELS].default_service().cost
     prompt = max(1, len(raw) // _BYTES_PER_TOKEN)
     read = cost.step_s(CHUNK, prompt, 0)
     token = cost.step_s(ONE, 1, prompt)
     if read is None or token is None:
         return None
-    return Work(prompt, read + out * token, first_s=read + token)
+    whole = body.get("stream") is not True and generation_tokens(path, body, 0) is not None
+    return Work(prompt, read + out * token, first_s=None if whole else read + token)
 
 
 async def relay(

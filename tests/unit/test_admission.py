@@ -5,7 +5,9 @@ import asyncio
 import pytest
 
 from proxy.admission import Admission, Work, estimated_finish_s, finish_s, server_timing, smoothed
+from proxy.cost import CHUNK, ONE, CostModel
 from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
+from proxy.routes.common import relayed_cost
 
 
 async def _hold(
@@ -343,7 +345,7 @@ async def test_a_relayed_generation_counts_ahead_of_decisions():
             with pytest.raises(Overloaded) as caught:  # 45 + 45 + 45: past 120 s
                 async with admission.relayed(Work(100, 45.0), 120):
                     pass
-            assert "wait about 135 s for its first token" in caught.value.message
+            assert "would finish in about 135 s behind" in caught.value.message
             # its first token in 1 s beside them: 3 s, though all of it may take 200 s
             async with admission.relayed(Work(100, 200.0, first_s=1.0), 120):
                 pass
@@ -391,3 +393,29 @@ async def test_places_come_back_exactly_once_whatever_is_cancelled_when(seed):
     assert len(started) == 3 and admission.queued == 1  # three places, no more, no fewer
     release.set()
     await asyncio.gather(*holders)
+
+
+def _cost(chunk_s: float, one_s: float) -> CostModel:
+    """A cost model that measured a 100-token chunk in ``chunk_s`` and a one-token read
+    in ``one_s`` (nothing around them)."""
+    cost = CostModel()
+    cost.observe(CHUNK, 100, 0, upstream_s=chunk_s, wall_s=chunk_s)
+    cost.observe(ONE, 1, 100, upstream_s=one_s, wall_s=one_s)
+    return cost
+
+
+@pytest.mark.parametrize(
+    ("body", "first_s"),
+    [
+        ({"messages": [], "max_tokens": 64}, None),  # a whole answer of 64 named tokens
+        ({"messages": [], "max_tokens": 64, "stream": True}, 0.5 + 0.02),  # its first token
+        ({"messages": []}, 0.5 + 0.02),  # no length named: the cap bounds it
+    ],
+)
+def test_a_relayed_generation_is_judged_by_what_its_client_waits_for(body, first_s):
+    raw = b"x" * 400  # about 100 prompt tokens
+    work = relayed_cost("/v1/chat/completions", body, raw, 2048, _cost(0.5, 0.02))
+    out = 64 if "max_tokens" in body else 2048
+    assert work == Work(100, pytest.approx(0.5 + out * 0.02, rel=1e-9), first_s)
+    assert relayed_cost("/v1/chat/completions", body, raw, 2048, CostModel()) is None
+    assert relayed_cost("/v1/models", body, raw, 2048, _cost(0.5, 0.02)) is None
