@@ -15,8 +15,8 @@ page, docs/sagemaker.md):
 ``encoding`` is ``JSON`` or ``CSV`` (``data`` is the body's text) or ``BASE64`` (the body's
 bytes, for content types the endpoint configuration did not declare). The deploy code tells
 the proxy ``PROXY_DECISION_RECORDS=answer``, so each captured answer carries the records of
-its decisions (``answer_records``); this command writes them as JSON lines, in file and line
-order, each with the capture's ids beside it::
+its decisions (``answer_records`` walks the answers' shapes); this command writes them as
+JSON lines, in file and line order, each with the capture's ids beside it::
 
     {...the record..., "capture": {"event_id", "inference_id" (null when none), "inference_time"}}
 
@@ -83,13 +83,16 @@ class Captured:
 
 def answer_records(answer: Any) -> list[dict[str, Any]]:
     """The decision records one answer carries, in the answer's order: a chat answer's
-    ``semif.record``; each entry's ``x_record`` in a System One answer (``answers{}``), a
-    Decisions answer (``answers[]``) or a rerank answer (``results[]``). Anything else (an
-    error record, a relayed generation, an answer made with records off) carries none."""
+    ``semif.record``; a rerank answer's ``x_records`` (every document's, in the documents'
+    order); each entry's ``x_record`` in a System One answer (``answers{}``) or a Decisions
+    answer (``answers[]``) (and in ``results[]``). Anything else (an error record, a relayed
+    generation, an answer made with records off) carries none."""
     if not isinstance(answer, dict):
         return []
     semif = answer.get("semif")
     found = [semif.get("record")] if isinstance(semif, dict) else []
+    if isinstance(answer.get("x_records"), list):
+        found += answer["x_records"]
     entries = answer.get("answers", answer.get("results"))
     if isinstance(entries, dict):
         entries = list(entries.values())
