@@ -16,9 +16,11 @@ steps seen, the older ones weighing less (``FORGET`` per step), from steps
 that ran while no other step of this process did: llama-server shares its
 threads among the slots it evaluates together, so a step that ran beside
 others took longer than it costs. The time around llama-server's own (HTTP,
-JSON) is a moving average per step. Until a kind has been seen, its
-neighbour stands in (a batch costs what a chunk does and vice versa); until
-none has, nothing is estimated (``None``).
+JSON) is a moving average per step. Past the furthest position a kind was seen
+at, a step is costed at that position's cost per token: ``b`` is not
+extrapolated. Until a kind has been seen, its neighbour stands in (a batch
+costs what a chunk does and vice versa); until none has, nothing is estimated
+(``None``).
 """
 
 from __future__ import annotations
@@ -51,10 +53,14 @@ class StepCost:
     sxy: list[float] = field(default_factory=lambda: [0.0, 0.0])
     a: float | None = None
     b: float = 0.0
+    # the furthest average position (k + e / 2) seen: the attention term is not
+    # extrapolated past it
+    reach: float = 0.0
 
     def add(self, evaluated: int, cached: int, seconds: float) -> None:
         x1 = float(evaluated)
         x2 = evaluated * (cached + evaluated / 2)
+        self.reach = max(self.reach, cached + evaluated / 2)
         s, t = self.sxx, self.sxy
         s[0] = FORGET * s[0] + x1 * x1
         s[1] = FORGET * s[1] + x1 * x2
@@ -71,9 +77,12 @@ class StepCost:
         self.a, self.b = a, b
 
     def seconds(self, evaluated: int, cached: int) -> float | None:
+        """The fitted seconds; past the positions seen, at the furthest one's cost per
+        token (a ``b`` fitted on short steps is mostly noise, and a quadratic grown from
+        noise would refuse long prompts a server can read)."""
         if self.a is None:
             return None
-        return self.a * evaluated + self.b * evaluated * (cached + evaluated / 2)
+        return self.a * evaluated + self.b * evaluated * min(cached + evaluated / 2, self.reach)
 
 
 class CostModel:

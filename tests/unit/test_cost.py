@@ -29,8 +29,22 @@ def test_two_lengths_tell_the_weights_from_the_attention():
     cost.add(100, 0, 0.405)
     cost.add(1000, 0, 4.5)
     assert (cost.a, cost.b) == (pytest.approx(0.004, rel=1e-9), pytest.approx(1e-6, rel=1e-9))
-    # 500 tokens after 1,000 reused: 2 + 1e-6 * 500 * 1250
-    assert cost.seconds(500, 1000) == pytest.approx(2.625, rel=1e-9)
+    # 200 tokens after 300 reused, at positions seen: 0.8 + 1e-6 * 200 * 400
+    assert cost.seconds(200, 300) == pytest.approx(0.88, rel=1e-9)
+    # 500 after 1,000 (on average at 1,250): past the furthest position seen (500), the
+    # attention is costed there: 2 + 1e-6 * 500 * 500, not 2 + 1e-6 * 500 * 1250
+    assert cost.seconds(500, 1000) == pytest.approx(2.25, rel=1e-9)
+
+
+def test_noise_on_short_steps_does_not_grow_into_a_long_prompts_cost():
+    # 10 tokens in 50 ms and 300 in 2.4 s (a busy moment): b fits 5e-5 per token and row,
+    # which would put 1,547 tokens at 0.005 * 1547 + 5e-5 * 1547 * 773.5 = 67.6 s
+    cost = StepCost()
+    cost.add(10, 0, 0.05 + 5e-5 * 10 * 5)
+    cost.add(300, 0, 0.005 * 300 + 5e-5 * 300 * 150)
+    assert (cost.a, cost.b) == (pytest.approx(0.005, rel=1e-6), pytest.approx(5e-5, rel=1e-6))
+    # costed at the furthest position seen (150): 0.005 * 1547 + 5e-5 * 1547 * 150
+    assert cost.seconds(1547, 0) == pytest.approx(0.005 * 1547 + 5e-5 * 1547 * 150, rel=1e-6)
 
 
 def test_one_length_is_a_cost_per_token():
