@@ -36,7 +36,9 @@ from proxy.calibration.profile import (
 from proxy.decision.debias import divided, position_prior
 from proxy.decision.prompt import PROMPT_FORMAT_VERSION
 
+from ..drift import fit_distributions
 from ..progress import Bar
+from ..records import write_outcomes
 from .dataset import DataError, Item, data_sha256, load_items
 from .fit import (
     EXTRA_METHODS,
@@ -86,10 +88,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "data",
-        nargs="+",
+        nargs="*",
         type=Path,
         help="JSONL files: one System One request with "
-        'one question and a top-level "gold" per line',
+        'one question and a top-level "gold" per line (or --records and --outcomes)',
+    )
+    p.add_argument(
+        "--records",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="fit from decision records instead of reading DATA again (from_records.py)",
+    )
+    p.add_argument(
+        "--outcomes",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="with --records: outcomes in Model Monitor's ground-truth JSON lines, by "
+        "decision id; their order is the labelled set's",
+    )
+    p.add_argument(
+        "--write-outcomes",
+        type=Path,
+        default=None,
+        help="with DATA: write each item's gold answer as an outcome of the decision the "
+        "proxy recorded for its plain read (x_decision_id), in DATA's order, to fit the same "
+        "profile later with --records",
+    )
+    p.add_argument(
+        "--group-by",
+        action="store_true",
+        help="with --records: records that differ in model, build, prompt format, layout, "
+        "read scheme or debiasing are fitted apart, one profile NAME.1, NAME.2, ... per "
+        "group (largest first) instead of refused",
     )
     p.add_argument("--profile", required=True, help="profile name ([A-Za-z0-9_.-]+)")
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the running proxy")
@@ -287,6 +319,7 @@ def fit_profile(
         "evaluation": fit.evaluation(),
         **_figures(fit),
         "cross_validated_nll": {k: kf.held_out_nll for k, kf in fit.kinds.items()},
+        "distributions": fit_distributions(fit),  # the drift report's reference
     }
     if plain_fit is not None:
         metrics["without_debias"] = _figures(plain_fit)
@@ -390,8 +423,29 @@ def _debiased(
     return None, None, []
 
 
+def _write_outcomes(path: Path, items: Sequence[Item], plain: Sequence[Reading]) -> None:
+    """--write-outcomes: the labelled set as outcomes of the plain reads' decisions."""
+    missing = [item.source for item, r in zip(items, plain) if not r.decision_id]
+    if missing:
+        raise AnswerError(
+            f"{missing[0]}: the proxy's answer carries no x_decision_id (--write-outcomes "
+            "needs a proxy that numbers its decisions)"
+        )
+    n = write_outcomes(
+        path, ((r.decision_id or "", item.names[item.gold]) for item, r in zip(items, plain))
+    )
+    print(f"wrote {n} outcomes to {path}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if bool(args.data) == bool(args.records):
+        parser.error("give either DATA files or --records (with --outcomes)")
+    if args.records:
+        from .from_records import records_main  # it imports this module
+
+        return records_main(args)
     if _rerank_data(args.data):
         return rerank_main(args)
     from .report import write_report  # matplotlib only when a report is written
@@ -403,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         items = load_items(args.data, args.limit)
         model, build = served_model(args.url, args.api_key)
         plain = _read(items, args, None)
+        if args.write_outcomes is not None:
+            _write_outcomes(args.write_outcomes, items, plain)
         debiased, priors, extra = _debiased(items, plain, args)
         fitted = fit_profile(
             debiased or [r.labelled for r in plain],

@@ -43,6 +43,7 @@ class Reading:
     label_mass: float | None = None  # x_label_mass
     rotations: tuple[tuple[float, ...], ...] = ()  # cyclic: each shift's, by position shown
     read_scheme: str | None = None  # x_read_scheme: how the proxy evaluated the prompt
+    decision_id: str | None = None  # x_decision_id: the decision's record, when records are on
 
     @property
     def labelled(self) -> Labelled:
@@ -91,6 +92,7 @@ def _reading(item: Item, body: dict[str, Any]) -> Reading:
         None if mass is None else float(mass),
         tuple(tuple(float(p) for p in r["by_position"]) for r in answer.get("x_rotations") or ()),
         answer.get("x_read_scheme"),
+        answer.get("x_decision_id"),
     )
 
 

@@ -27,6 +27,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -38,6 +39,7 @@ __all__ = [
     "clopper_pearson_lower",
     "fewest_to_pass",
     "quantile",
+    "wilson_interval",
     "bootstrap_interval",
     "fixed_sequence_threshold",
 ]
@@ -50,7 +52,8 @@ BOOTSTRAP_RESAMPLES = 1000
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its two-sided percentile-bootstrap interval over ``n`` items."""
+    """A point estimate with its two-sided interval over ``n`` items (a percentile bootstrap,
+    or Wilson's for a share)."""
 
     value: float
     low: float
@@ -136,6 +139,21 @@ def quantile(values: Sequence[float], q: float) -> float:
     if i + 1 >= len(xs):
         return xs[-1]
     return xs[i] + (h - i) * (xs[i + 1] - xs[i])
+
+
+def wilson_interval(k: int, n: int, level: float = DEFAULT_LEVEL) -> Interval:
+    """A share k/n with its two-sided Wilson score interval: with p = k/n and z the
+    (1 + level)/2 normal quantile, (p + z^2/2n -+ z sqrt(p(1 - p)/n + z^2/4n^2)) / (1 + z^2/n).
+    Closed-form, so it costs nothing on large counts (the drift report's shares)."""
+    if not 0 <= k <= n or n <= 0:
+        raise ValueError(f"need 0 <= k <= n and n > 0, got k={k}, n={n}")
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    scale = 1 + z * z / n
+    low, high = (centre - spread) / scale, (centre + spread) / scale
+    return Interval(p, max(0.0, min(low, p)), min(1.0, max(high, p)), n)  # p inside, rounding
 
 
 def bootstrap_interval(

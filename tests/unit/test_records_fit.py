@@ -1,0 +1,313 @@
+"""Decision records and outcomes read back (semif_tools/records.py), and the fit from records
+(semif_tools/calibrate/from_records.py): the same profile as the re-reading fit."""
+
+import json
+import math
+import random
+from dataclasses import replace
+
+import pytest
+
+from semif_tools.calibrate import cli
+from semif_tools.calibrate.dataset import data_sha256, load_items
+from semif_tools.calibrate.from_records import FromRecords, fit_records, recorded_debias
+from semif_tools.calibrate.read import Reading
+from semif_tools.records import (
+    RecordError,
+    disagreement,
+    gold_index,
+    join,
+    load_outcomes,
+    load_records,
+    parse_outcome,
+    parse_record,
+)
+
+MODEL, BUILD, FORMAT, SCHEME = "smollm2-135m.gguf", "b11434", "semif-7", "prefix-63"
+CREATED = "2026-12-03T10:00:00Z"
+
+
+def _softmax(logits):
+    top = max(logits)
+    w = [math.exp(x - top) for x in logits]
+    return [x / sum(w) for x in w]
+
+
+def _labelled_set(seed=3, n_choice=100, n_noul=60):
+    """Labelled System One lines and, for each, the reading a proxy would give (no server)."""
+    rng = random.Random(seed)
+    lines, answers = [], []
+    for i in range(n_choice + n_noul):
+        if i < n_choice:
+            probs = _softmax([rng.gauss(0, 3) for _ in range(3)])
+            gold = rng.choices(range(3), weights=_softmax([math.log(p) / 1.6 for p in probs]))[0]
+            question = {
+                "type": "choice",
+                "criteria": {"billing": None, "shipping": None, "x": None},
+            }
+            lines.append(
+                {
+                    "state": f"s{i}",
+                    "questions": {"q": question},
+                    "gold": "billing shipping x".split()[gold],
+                }
+            )
+            answers.append(("choice", tuple(probs), gold))
+        else:
+            p = 1 / (1 + math.exp(-rng.gauss(0, 3)))
+            gold = 0 if rng.random() < 0.5 + (p - 0.5) * 0.8 else 1
+            lines.append(
+                {"state": f"s{i}", "questions": {"q": {"type": "noul"}}, "gold": gold == 0}
+            )
+            answers.append(("noul", (p, 1.0 - p), gold))
+    readings = [
+        Reading(kind, probs, gold, FORMAT, 1, round(0.5 + 0.5 * rng.random(), 6), (), SCHEME)
+        for kind, probs, gold in answers
+    ]
+    return lines, readings
+
+
+def _record(decision_id, reading, *, time="2026-12-03T10:11:12.345Z", **over):
+    names = ["true", "false"] if reading.kind == "noul" else ["billing", "shipping", "x"]
+    raw = list(reading.probabilities)
+    if reading.kind == "noul":  # the proxy's P(false) need not be 1 - P(true) to the last bit
+        raw = [raw[0], raw[1] * (1 + 1e-12)]
+    record = {
+        "record": "semif.decision/1",
+        "decision_id": decision_id,
+        "request_id": decision_id,
+        "question_id": None,
+        "time": time,
+        "api": "system_one",
+        "model": MODEL,
+        "llama_build": BUILD,
+        "prompt_format_version": FORMAT,
+        "layout": "system-user",
+        "read_scheme": SCHEME,
+        "prompt_tokens": 120,
+        "prompt_hash": "hmac-sha256:" + "0" * 64,
+        "question_type": reading.kind,
+        "options": names,
+        "raw_probabilities": raw,
+        "probabilities": raw,
+        "choice": names[0],
+        "confidence": max(raw),
+        "label_mass": reading.label_mass,
+        "profile": None,
+        "calibration_method": None,
+        "threshold": None,
+        "route": None,
+        "route_reason": None,
+        "debias": None,
+        "repeatable": True,
+        "latency_ms": 12.5,
+    }
+    return {**record, **over}
+
+
+def _outcome(decision_id, label, encoding="CSV"):
+    return {
+        "groundTruthData": {"data": label, "encoding": encoding},
+        "eventMetadata": {"eventId": decision_id},
+        "eventVersion": "0",
+    }
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _served(tmp_path, readings, lines):
+    """Records in a shuffled (completion) order, plus one nobody labelled; outcomes in the
+    labelled set's order, plus one naming no record."""
+    records = [_record(f"req-{i:04d}", r) for i, r in enumerate(readings)]
+    records.append(_record("req-unlabelled", readings[0]))
+    random.Random(9).shuffle(records)
+    outcomes = [
+        _outcome(f"req-{i:04d}", json.dumps(line["gold"]), "JSON") for i, line in enumerate(lines)
+    ]
+    outcomes.append(_outcome("req-gone", "billing"))
+    return _write(tmp_path / "records.jsonl", records), _write(
+        tmp_path / "outcomes.jsonl", outcomes
+    )
+
+
+def test_the_fit_from_records_is_the_re_reading_fit(tmp_path):
+    lines, readings = _labelled_set()
+    data = _write(tmp_path / "data.jsonl", lines)
+    items = load_items([data])
+    assert [(i.kind, i.gold) for i in items] == [(r.kind, r.gold) for r in readings]
+    rec_path, out_path = _served(tmp_path, readings, lines)
+    joined = join(load_records([rec_path]), load_outcomes([out_path]))
+    assert (len(joined.pairs), joined.without_outcome, len(joined.unmatched)) == (160, 1, 1)
+    assert [r.decision_id for r, _ in joined.pairs] == [f"req-{i:04d}" for i in range(160)]
+    settings = dict(seed=7, folds=5, target_accuracy=0.8, min_automated=10)
+    sha = data_sha256([data])
+    reread = cli.fit_profile(  # as cli.main calls it after read_answers
+        [r.labelled for r in readings],
+        name="p",
+        model=MODEL,
+        prompt_format_version=cli.prompt_format_of(readings),
+        data_sha256=sha,
+        llama_build=BUILD,
+        read_scheme=cli.read_scheme_of(readings),
+        created=CREATED,
+        **settings,
+    )
+    recorded = fit_records(joined.pairs, name="p", data_sha256=sha, created=CREATED, **settings)
+    assert json.dumps(recorded.profile.to_json()) == json.dumps(reread.profile.to_json())
+    assert reread.fit.roles.count("test") == 47 and reread.profile.threshold.threshold is not None
+    # the order is the outcomes': the same pairs in another order are another split
+    shuffled = fit_records(
+        joined.pairs[::-1], name="p", data_sha256=sha, created=CREATED, **settings
+    )
+    assert shuffled.fit.roles[::-1] != reread.fit.roles
+
+
+def test_both_commands_write_the_same_profile(tmp_path, monkeypatch, capsys):
+    """calibrate DATA --write-outcomes O against a proxy with records on, then calibrate
+    --records R --outcomes O: the same profile (the proxy stood in for by its readings)."""
+    lines, readings = _labelled_set(seed=5, n_choice=60, n_noul=30)
+    readings = [replace(r, decision_id=f"req-{i:04d}") for i, r in enumerate(readings)]
+    data = _write(tmp_path / "data.jsonl", lines)
+    rec_path = _served(tmp_path, readings, lines)[0]
+    outcomes = tmp_path / "labels.jsonl"
+    monkeypatch.setattr(cli, "served_model", lambda url, key: (MODEL, BUILD))
+    monkeypatch.setattr(cli, "_read", lambda items, args, debias: readings)
+    common = ["--seed", "2", "--target-accuracy", "0.8", "--out-dir"]
+    argv = [str(data), "--profile", "p", "--write-outcomes", str(outcomes)]
+    assert cli.main([*argv, *common, str(tmp_path / "a")]) == 0
+    assert outcomes.read_text().splitlines()[:2] == [
+        '{"groundTruthData": {"data": "\\"x\\"", "encoding": "JSON"}, "eventMetadata": '
+        '{"eventId": "req-0000"}, "eventVersion": "0"}',
+        '{"groundTruthData": {"data": "\\"shipping\\"", "encoding": "JSON"}, "eventMetadata": '
+        '{"eventId": "req-0001"}, "eventVersion": "0"}',
+    ]
+    argv = ["--records", str(rec_path), "--outcomes", str(outcomes), "--profile", "p"]
+    assert cli.main([*argv, *common, str(tmp_path / "b")]) == 0
+    a, b = (json.loads((tmp_path / d / "p.json").read_text()) for d in "ab")
+    # when, and from which files (the labelled set, or the records and outcomes)
+    assert a.pop("created") <= b.pop("created")
+    assert (a.pop("data_sha256"), b.pop("data_sha256")) == (
+        data_sha256([data]),
+        data_sha256([rec_path, outcomes]),
+    )
+    assert a == b
+    assert (tmp_path / "b" / "p.report.md").exists()
+    assert "90 of 91 records joined to an outcome; 1 records have none" in capsys.readouterr().err
+    monkeypatch.setattr(
+        cli, "_read", lambda items, args, debias: [replace(r, decision_id=None) for r in readings]
+    )
+    assert (
+        cli.main(
+            [str(data), "--profile", "p", "--write-outcomes", str(outcomes), *common, str(tmp_path)]
+        )
+        == 2
+    )
+    assert "data.jsonl:1: the proxy's answer carries no x_decision_id" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (
+            {"llama_build": "b11500"},
+            "the records differ in llama_build: 'b11434' (58 records), 'b11500' (2 records)",
+        ),
+        (
+            {"prompt_format_version": "semif-8", "read_scheme": "segment"},
+            "the records differ in prompt_format_version: 'semif-7' (58 records), 'semif-8' "
+            "(2 records); read_scheme: 'prefix-63' (58 records), 'segment' (2 records)",
+        ),
+    ],
+)
+def test_records_that_differ_are_refused_or_grouped(tmp_path, capsys, over, message):
+    lines, readings = _labelled_set(n_choice=40, n_noul=20)
+    records = [
+        _record(f"r{i}", r, **(over if i in (3, 50) else {})) for i, r in enumerate(readings)
+    ]
+    outcomes = [_outcome(f"r{i}", json.dumps(line["gold"]), "JSON") for i, line in enumerate(lines)]
+    rec, out = _write(tmp_path / "r.jsonl", records), _write(tmp_path / "o.jsonl", outcomes)
+    pairs = join(load_records([rec]), load_outcomes([out])).pairs
+    assert disagreement([r for r, _ in pairs]) == message
+    argv = ["--records", str(rec), "--outcomes", str(out), "--profile", "g"]
+    argv += ["--target-accuracy", "0.8", "--out-dir", str(tmp_path)]
+    assert cli.main(argv) == 2
+    assert f"calibrate: error: {message}. Fit each kind apart" in capsys.readouterr().err
+    assert cli.main([*argv, "--group-by"]) == 2  # 2 items are too few for a test split
+    assert "too few to hold out a test split" in capsys.readouterr().err
+
+
+def test_pride_cannot_be_fitted_from_records():
+    lines, readings = _labelled_set(n_choice=3, n_noul=0)
+    records = [parse_record(_record(f"r{i}", r), "f:1") for i, r in enumerate(readings)]
+    with pytest.raises(FromRecords, match="--debias pride cannot be fitted from records alone"):
+        recorded_debias(records, "pride")
+    cyclic = [parse_record(_record("c", readings[0], debias="cyclic"))]
+    assert (
+        recorded_debias(cyclic, None) == "cyclic" and recorded_debias(cyclic, "cyclic") == "cyclic"
+    )
+    with pytest.raises(FromRecords, match="served with debias 'cyclic'"):
+        recorded_debias(cyclic, "contextual")
+    with pytest.raises(FromRecords, match="served with PriDe"):
+        recorded_debias([parse_record(_record("p", readings[0], debias="pride"))], None)
+
+
+def test_lines_are_checked_with_their_place(tmp_path):
+    _, readings = _labelled_set(n_choice=2, n_noul=0)
+    good = json.dumps(_record("a", readings[0]))
+    path = tmp_path / "r.jsonl"
+    path.write_text(f"{good}\n\n   \n{{not json\n", encoding="utf-8")
+    with pytest.raises(RecordError, match=r"r.jsonl:4: not JSON"):
+        load_records([path])
+    path.write_text(f"{good}\n\n{good}\n", encoding="utf-8")
+    with pytest.raises(
+        RecordError,
+        match=r"r.jsonl:3: decision id 'a' again \(its record is first at .*r.jsonl:1\)",
+    ):
+        load_records([path])
+    bad = _record("b", readings[0], raw_probabilities=[0.5, 0.5])
+    with pytest.raises(
+        RecordError, match="<record>: raw_probabilities must be a list of 3 numbers"
+    ):
+        parse_record(bad)
+    with pytest.raises(RecordError, match=r"o:2: groundTruthData\.encoding must be"):
+        parse_outcome({**_outcome("a", "x"), "groundTruthData": {"data": "x"}}, "o:2")
+    with pytest.raises(RecordError, match=r"eventMetadata\.eventId"):
+        parse_outcome({"groundTruthData": {"data": "x", "encoding": "CSV"}}, "o:1")
+
+
+@pytest.mark.parametrize(
+    ("kind", "label", "encoding", "gold"),
+    [
+        ("choice", "shipping", "CSV", 1),
+        ("choice", '"shipping"', "CSV", 1),  # a quoted CSV field
+        ("choice", '"shipping"', "JSON", 1),
+        ("choice", "post", "CSV", None),
+        ("noul", "false", "CSV", 1),
+        ("noul", "true", "JSON", 0),
+        ("noul", "yes", "CSV", None),
+    ],
+)
+def test_an_outcome_names_an_option(kind, label, encoding, gold):
+    reading = Reading(kind, (0.2, 0.8) if kind == "noul" else (0.2, 0.5, 0.3), 0, None, None)
+    record = parse_record(_record("d", reading))
+    assert gold_index(record, parse_outcome(_outcome("d", label, encoding)).label) == gold
+
+
+def test_the_join_counts_what_does_not_pair():
+    readings = _labelled_set(n_choice=3, n_noul=0)[1]
+    records = [parse_record(_record(f"d{i}", r), f"r:{i + 1}") for i, r in enumerate(readings)]
+    records.append(parse_record(_record("doc", readings[0], api="rerank"), "r:4"))
+    outcomes = [
+        parse_outcome(_outcome(e, label), f"o:{n}")
+        for n, (e, label) in enumerate([("d2", "x"), ("d0", "post"), ("zz", "x"), ("doc", "x")], 1)
+    ]
+    joined = join(records, outcomes)
+    assert [(r.decision_id, g) for r, g in joined.pairs] == [("d2", 2)]
+    assert joined.summary() == (
+        "1 of 4 records joined to an outcome; 2 records have none; 1 of 4 outcomes name no "
+        "record (first: o:3); 1 outcomes name an option their record does not have (first: "
+        "o:2 names 'post', options ['billing', 'shipping', 'x']); left out: 1 rerank records"
+    )
