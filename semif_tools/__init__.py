@@ -2,6 +2,8 @@
 
     python -m proxy calibrate DATA.jsonl --profile NAME   fit a calibration profile
     python -m proxy batch IN.jsonl OUT.jsonl              answer a file of requests
+    python -m semif_tools drift --records R --outcomes O --out report.html
+                                                          drift of recorded decisions
 
 (``python -m semif_tools calibrate ...`` and ``python -m semif_tools batch ...`` are the
 same commands.) They need the ``tools`` extra: ``pip install 'semif-sidecar[tools]'``
@@ -13,6 +15,9 @@ of the two commands is run.
     progress.py   the one progress bar (tqdm, on stderr)
     batch.py      the batch command
     calibrate/    the calibrate command: reading, fitting, the report (see its __init__)
+    records.py    decision records and outcomes read back: load, join, agree
+    drift.py      the drift command's table; drift_page.py its HTML page
+    capture.py    records-from-capture: decision records from SageMaker Data Capture files
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ["COMMANDS", "EXTRA", "INSTALL", "run"]
+__all__ = ["COMMANDS", "OFFLINE", "EXTRA", "INSTALL", "run"]
 
 # each command's module; it has main(argv) -> exit status
 COMMANDS = {"calibrate": "semif_tools.calibrate.cli", "batch": "semif_tools.batch"}
+# commands of python -m semif_tools only (python -m proxy offers COMMANDS)
+OFFLINE = {"drift": "semif_tools.drift", "records-from-capture": "semif_tools.capture"}
 # the tools extra (pyproject.toml), by the name each is imported as
 EXTRA = ("httpx", "matplotlib", "tenacity", "tqdm")
 INSTALL = "pip install 'semif-sidecar[tools]'"
@@ -34,7 +41,7 @@ def run(name: str, argv: Sequence[str]) -> int:
     """Run the command ``name`` with ``argv``; its module is imported only now. A module of
     the tools extra that is not installed is said on stderr (exit status 2)."""
     try:
-        main = importlib.import_module(COMMANDS[name]).main
+        main = importlib.import_module({**COMMANDS, **OFFLINE}[name]).main
         return int(main(list(argv)))
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").partition(".")[0]
