@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from proxy.calibration.profile import DEFAULT_DIR, Profile, apply, load, route
+from proxy.calibration.profile import DEFAULT_DIR, Profile, apply, load, route, same_model
 from proxy.calibration.transform import apply_method, top_index
 
 from .calibrate.fit import KINDS, CalibrationFit
@@ -323,10 +323,34 @@ def drift_table(
                 f"profile {profile.name} stores no fit distributions (fitted before they were "
                 "stored): the PSI compares with the first window"
             )
+    if profile is not None:
+        notes += _mismatches(ds, profile)
     windows = [
         _with_psi(w, psi(w.label_mass, ref_mass), psi(w.confidence, ref_conf)) for w in windows
     ]
     return Drift(windows, reference, ref_mass, ref_conf, level, notes)
+
+
+def _mismatches(ds: Sequence[Decision], profile: Profile) -> list[str]:
+    """Decisions read otherwise than the profile was fitted for (its maps may not fit them)."""
+    wanted = {
+        "model": profile.model,
+        "prompt_format_version": profile.prompt_format_version,
+        "debias": profile.debias,
+    }
+    notes = []
+    for name, value in wanted.items():
+        i = AGREED.index(name)
+        if name == "model":
+            off = sum(not same_model(value, d.agreed[i] or "") for d in ds)
+        else:
+            off = sum(d.agreed[i] != value for d in ds)
+        if off:
+            notes.append(
+                f"{off} of {len(ds)} decisions have another {name} than profile "
+                f"{profile.name}'s {value!r}"
+            )
+    return notes
 
 
 def _with_psi(w: Window, mass: float | None, conf: float | None) -> Window:

@@ -3,6 +3,7 @@
 import datetime as dt
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -150,6 +151,11 @@ def test_a_profile_is_applied_and_its_fit_is_the_reference(tmp_path):
     assert (first.coverage.value, first.review_share, second.review_share) == (0.0, 1.0, 1.0)
     assert (first.labelled_share_review, first.automated_accuracy) == (1.0, None)
     assert first.psi_label_mass == 0.0 and second.psi_label_mass > 18
+    drift = _table(*_synthetic(tmp_path), profile=replace(profile, prompt_format_version="semif-8"))
+    assert drift.notes == [
+        "220 of 220 decisions have another prompt_format_version than profile p's 'semif-8'"
+    ]
+    assert drift.reference.startswith("profile p's fit: 10 items")
 
 
 def test_the_command_writes_a_page_and_the_table(tmp_path, capsys):
