@@ -187,7 +187,8 @@ def page(drift: Drift, join_summary: str, profile: Profile | None, window: str) 
 <li>windows of {e(window)}; figures of {source}</li>
 <li>join: {e(join_summary)}</li>
 <li>PSI reference: {e(drift.reference)}; PSI below 0.1 is usually read as stable, above 0.25
-as a large shift; it is noisy on small windows (about 9/n even without a shift)</li>
+as a large shift; it is noisy on small windows: up to about 9 (1/n + 1/n_reference) on
+average even without a shift</li>
 <li>accuracy and ECE are of the labelled decisions only; automated accuracy carries the
 one-sided Clopper-Pearson lower bound at level {drift.level:g}. Outcomes are rarely a random
 sample (reviewers label what went to review): read the automated accuracy only where the
