@@ -5,6 +5,7 @@ import json
 import math
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from semif_tools.calibrate import cli
 from semif_tools.calibrate.dataset import data_sha256, load_items
 from semif_tools.calibrate.from_records import FromRecords, fit_records, recorded_debias
 from semif_tools.calibrate.read import Reading
+from semif_tools.capture import read_capture
 from semif_tools.records import (
     RecordError,
     disagreement,
@@ -25,6 +27,7 @@ from semif_tools.records import (
 
 MODEL, BUILD, FORMAT, SCHEME = "smollm2-135m.gguf", "b11434", "semif-7", "prefix-63"
 CREATED = "2026-12-03T10:00:00Z"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _softmax(logits):
@@ -311,3 +314,25 @@ def test_the_join_counts_what_does_not_pair():
         "record (first: o:3); 1 outcomes name an option their record does not have (first: "
         "o:2 names 'post', options ['billing', 'shipping', 'x']); left out: 1 rerank records"
     )
+
+
+def test_records_read_from_a_data_capture_file_join_their_outcomes(tmp_path):
+    """records-from-capture's records (semif_tools/capture.py, the hand-written capture file
+    of tests/data/capture) read back here, rerank documents left out."""
+    capture = ROOT / "tests/data/capture/semif/AllTraffic/2026/12/03/10/capture-1.jsonl"
+    lines = capture.read_text(encoding="utf-8").splitlines()
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(b"".join(c.line() for c in read_capture(lines)))
+    records = load_records([path])
+    labels = [("a1b2c3/refund", "false"), ("batch-1/2/tone", "negative"), ("rr-9/0", "1")]
+    outcomes = [parse_outcome(_outcome(d, label), f"o:{n}") for n, (d, label) in enumerate(labels)]
+    joined = join(records, outcomes)
+    assert [(r.decision_id, r.question_type, gold) for r, gold in joined.pairs] == [
+        ("a1b2c3/refund", "noul", 1),
+        ("batch-1/2/tone", "choice", 1),
+    ]
+    assert joined.summary() == (
+        "2 of 9 records joined to an outcome; 5 records have none; 0 of 3 outcomes name no "
+        "record; 0 outcomes name an option their record does not have; left out: 2 rerank records"
+    )
+    assert disagreement([r for r, _ in joined.pairs]) is None
