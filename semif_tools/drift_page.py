@@ -80,7 +80,10 @@ def trend_figure(drift: Drift, target: float | None) -> str:
     shift.set(ylabel="PSI", xlabel="window start (UTC)")
     shift.set_xticks(xs, [_tick(w) for w in ws], rotation=45, ha="right", fontsize=7)
     for ax in (acc, ece, cov, shift):
-        ax.legend(loc="best", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "none in any window", ha="center", transform=ax.transAxes)
     acc.set_title(f"Per window ({drift.level:.0%} intervals; n in the table)")
     fig.tight_layout()
     return _png(fig)

@@ -171,6 +171,8 @@ def records_main(args: argparse.Namespace) -> int:
         _check(args)
         if not args.outcomes:
             raise FromRecords("--records needs --outcomes (the labels, by decision id)")
+        if args.debias == "pride":
+            recorded_debias([], args.debias)  # refused before anything is read
         joined = join(load_records(args.records), load_outcomes(args.outcomes))
         print(f"records: {joined.summary()}", file=sys.stderr)
         groups = records_groups(joined, args.group_by)

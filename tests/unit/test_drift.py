@@ -173,6 +173,12 @@ def test_the_command_writes_a_page_and_the_table(tmp_path, capsys):
     assert (
         "200 of 220 records joined to an outcome; 20 records have none" in capsys.readouterr().err
     )
+    assert main(["--records", str(rec), "--out", str(page), "--json", str(table)]) == 0
+    rows = json.loads(table.read_text())["windows"]  # without outcomes: coverage and shift only
+    assert [(r["labelled"], r["accuracy"], r["coverage"]["value"]) for r in rows] == [
+        (0, None, 1.0),
+        (0, None, 1.0),
+    ]
     assert main([*argv, "--window", "1x", "--out", str(page)]) == 2
     assert "--window takes a count and a unit" in capsys.readouterr().err
 

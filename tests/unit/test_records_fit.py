@@ -242,11 +242,14 @@ def test_records_that_differ_are_refused_or_grouped(tmp_path, capsys, over, mess
     assert "too few to hold out a test split" in capsys.readouterr().err
 
 
-def test_pride_cannot_be_fitted_from_records():
+def test_pride_cannot_be_fitted_from_records(capsys):
     lines, readings = _labelled_set(n_choice=3, n_noul=0)
     records = [parse_record(_record(f"r{i}", r), "f:1") for i, r in enumerate(readings)]
     with pytest.raises(FromRecords, match="--debias pride cannot be fitted from records alone"):
         recorded_debias(records, "pride")
+    argv = ["--records", "r.jsonl", "--outcomes", "o.jsonl", "--profile", "p", "--debias", "pride"]
+    assert cli.main(argv) == 2  # refused before the files are opened
+    assert "calibrate: error: --debias pride cannot" in capsys.readouterr().err
     cyclic = [parse_record(_record("c", readings[0], debias="cyclic"))]
     assert (
         recorded_debias(cyclic, None) == "cyclic" and recorded_debias(cyclic, "cyclic") == "cyclic"
