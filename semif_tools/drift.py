@@ -342,7 +342,7 @@ def _mismatches(ds: Sequence[Decision], profile: Profile) -> list[str]:
     for name, value in wanted.items():
         i = AGREED.index(name)
         if name == "model":
-            off = sum(not same_model(value, d.agreed[i] or "") for d in ds)
+            off = sum(not same_model(profile.model, d.agreed[i] or "") for d in ds)
         else:
             off = sum(d.agreed[i] != value for d in ds)
         if off:

@@ -12,6 +12,7 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -38,7 +39,9 @@ def _tick(w: Window) -> str:
     return f"{_label(w)}\nn={w.n}, {w.labelled} labelled"
 
 
-def _series(ax, xs: Sequence[int], cis: Sequence[Interval | None], label: str, style: str) -> None:
+def _series(
+    ax: Axes, xs: Sequence[int], cis: Sequence[Interval | None], label: str, style: str
+) -> None:
     points = [(x, ci) for x, ci in zip(xs, cis) if ci is not None]
     if not points:
         return
