@@ -199,6 +199,8 @@ class Window:
     psi_label_mass: float | None
     psi_confidence: float | None
     values: dict[str, list[str]] = field(default_factory=dict)  # AGREED values seen
+    # starts before --profile was created: may hold what it was fitted on (not held out)
+    before_profile: bool = False
 
 
 @dataclass(frozen=True)
@@ -325,10 +327,26 @@ def drift_table(
             )
     if profile is not None:
         notes += _mismatches(ds, profile)
+        created = _created(profile)
+        if created is not None and windows[0].start < created:
+            windows = [replace(w, before_profile=w.start < created) for w in windows]
+            notes.append(
+                f"windows marked * start before profile {profile.name} was created "
+                f"({profile.created}): they may hold the decisions it was fitted on, so their "
+                "figures are not held out; judge the profile on the windows after"
+            )
     windows = [
         _with_psi(w, psi(w.label_mass, ref_mass), psi(w.confidence, ref_conf)) for w in windows
     ]
     return Drift(windows, reference, ref_mass, ref_conf, level, notes)
+
+
+def _created(profile: Profile) -> dt.datetime | None:
+    try:
+        when = dt.datetime.fromisoformat(profile.created.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def _mismatches(ds: Sequence[Decision], profile: Profile) -> list[str]:

@@ -128,7 +128,7 @@ def _row(w: Window, previous: Window | None) -> list[str]:
     values = "; ".join(f"{k} {', '.join(v)}" for k, v in w.values.items() if v)
     changed = previous is not None and previous.n and w.n and previous.values != w.values
     return [
-        w.start.strftime("%Y-%m-%d %H:%M"),
+        w.start.strftime("%Y-%m-%d %H:%M") + (" *" if w.before_profile else ""),
         str(w.n),
         str(w.labelled),
         _ci(w.accuracy),

@@ -254,6 +254,7 @@ class Joined:
     unmatched: list[Outcome]  # outcomes whose decision id no record has
     unknown_option: list[tuple[Outcome, Record]]  # outcomes naming an option the record lacks
     left_out: Counter[str]  # records of other APIs, by API
+    left_out_outcomes: int = 0  # outcomes of those records
 
     def summary(self) -> str:
         """The join, in words (printed by calibrate and drift, shown on the drift page)."""
@@ -275,6 +276,7 @@ class Joined:
             parts.append(
                 "left out: "
                 + ", ".join(f"{n} {api} records" for api, n in sorted(self.left_out.items()))
+                + f" ({self.left_out_outcomes} outcomes)"
             )
         return "; ".join(parts)
 
@@ -286,12 +288,14 @@ def join(records: Sequence[Record], outcomes: Sequence[Outcome]) -> Joined:
     by_id = {r.decision_id: r for r in records}
     pairs, unmatched, unknown = [], [], []
     labelled: set[str] = set()
+    skipped = 0
     for outcome in outcomes:
         record = by_id.get(outcome.decision_id)
         if record is None:
             unmatched.append(outcome)
             continue
         if record.api not in FITTED_APIS:
+            skipped += 1
             continue
         gold = gold_index(record, outcome.label)
         if gold is None:
@@ -301,7 +305,9 @@ def join(records: Sequence[Record], outcomes: Sequence[Outcome]) -> Joined:
         labelled.add(record.decision_id)
     fitted = [r for r in records if r.api in FITTED_APIS]
     without = sum(r.decision_id not in labelled for r in fitted)
-    return Joined(pairs, len(records), len(outcomes), without, unmatched, unknown, left_out)
+    return Joined(
+        pairs, len(records), len(outcomes), without, unmatched, unknown, left_out, skipped
+    )
 
 
 def group_key(record: Record) -> tuple[str | None, ...]:

@@ -128,7 +128,7 @@ def test_a_profile_is_applied_and_its_fit_is_the_reference(tmp_path):
         name="p",
         model="m.gguf",
         prompt_format_version="semif-7",
-        created="2026-12-01T00:00:00Z",
+        created="2026-12-01T00:00:00Z",  # the first window starts then
         data_sha256="0",
         calibration={"choice": KindCalibration("temperature", {"temperature": 2.0})},
         threshold=Threshold(0.95, 0.7, 0.5),
@@ -151,10 +151,15 @@ def test_a_profile_is_applied_and_its_fit_is_the_reference(tmp_path):
     assert (first.coverage.value, first.review_share, second.review_share) == (0.0, 1.0, 1.0)
     assert (first.labelled_share_review, first.automated_accuracy) == (1.0, None)
     assert first.psi_label_mass == 0.0 and second.psi_label_mass > 18
-    drift = _table(*_synthetic(tmp_path), profile=replace(profile, prompt_format_version="semif-8"))
-    assert drift.notes == [
+    drift = _table(
+        *_synthetic(tmp_path),
+        profile=replace(profile, prompt_format_version="semif-8", created="2026-12-01T08:00:00Z"),
+    )
+    assert drift.notes[0] == (
         "220 of 220 decisions have another prompt_format_version than profile p's 'semif-8'"
-    ]
+    )
+    assert drift.notes[1].startswith("windows marked * start before profile p was created")
+    assert [w.before_profile for w in drift.windows] == [True, False]
     assert drift.reference.startswith("profile p's fit: 10 items")
 
 

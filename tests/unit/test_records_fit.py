@@ -315,7 +315,8 @@ def test_the_join_counts_what_does_not_pair():
     assert joined.summary() == (
         "1 of 4 records joined to an outcome; 2 records have none; 1 of 4 outcomes name no "
         "record (first: o:3); 1 outcomes name an option their record does not have (first: "
-        "o:2 names 'post', options ['billing', 'shipping', 'x']); left out: 1 rerank records"
+        "o:2 names 'post', options ['billing', 'shipping', 'x']); left out: 1 rerank records "
+        "(1 outcomes)"
     )
 
 
@@ -336,6 +337,7 @@ def test_records_read_from_a_data_capture_file_join_their_outcomes(tmp_path):
     ]
     assert joined.summary() == (
         "2 of 9 records joined to an outcome; 5 records have none; 0 of 3 outcomes name no "
-        "record; 0 outcomes name an option their record does not have; left out: 2 rerank records"
+        "record; 0 outcomes name an option their record does not have; left out: 2 rerank records "
+        "(1 outcomes)"
     )
     assert disagreement([r for r, _ in joined.pairs]) is None
