@@ -5,6 +5,10 @@ Three steps, each its own function so tests can run them apart:
 Rerank data (``query``, ``documents``, ``relevant``) takes ``rerank_main`` instead
 (rerank_fit.py).
 
+``--records R --outcomes O`` fits on answers already recorded instead of reading them
+(from_records.py); ``--write-outcomes`` writes the labelled set as outcomes of the decisions
+the proxy recorded while reading it, so that both fits can be compared.
+
 ``--debias`` fits on debiased reads and compares them with plain ones: ``cyclic``
 and ``contextual`` read every item that way; ``pride`` reads a sample of the
 items not held out for testing cyclically (``--prior-sample``), estimates the
@@ -83,8 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m proxy calibrate",
         description="Fit a calibration profile on labelled System One requests read through a "
-        "running proxy, and write the profile and a report whose figures come from "
-        "a held-out test split that no choice saw.",
+        "running proxy (or on decision records and their outcomes: --records, --outcomes), "
+        "and write the profile and a report whose figures come from a held-out test split "
+        "that no choice saw.",
     )
     p.add_argument(
         "data",
