@@ -11,5 +11,6 @@ What the proxy serves from a profile (the file format, the maps) is
     stats.py       Clopper-Pearson bounds, bootstrap intervals, fixed-sequence thresholds
     fit.py         the held-out split, the maps by cross-validation, floor and threshold
     rerank_fit.py  rerank data: NDCG@k, MRR, the query split, the scores' map
+    from_records.py  calibrate --records: the items made from decision records and outcomes
     report.py      the Markdown report and its two PNGs (matplotlib, Agg)
 """
