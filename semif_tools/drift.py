@@ -151,13 +151,6 @@ class Decision:
         return top_index(self.probabilities) == self.gold
 
 
-def _raw(record: Record) -> list[float]:
-    probs = list(record.raw_probabilities)
-    if record.question_type == "noul":
-        probs = [probs[0], 1.0 - probs[0]]
-    return probs
-
-
 def decisions(
     records: Sequence[Record], golds: dict[str, int], profile: Profile | None
 ) -> list[Decision]:
@@ -169,7 +162,7 @@ def decisions(
         if profile is None:
             probs, routed = r.probabilities, r.route
         else:
-            probs = tuple(apply(profile, r.question_type, _raw(r)))
+            probs = tuple(apply(profile, r.question_type, r.read()))
             mass = 1.0 if r.label_mass is None else r.label_mass
             routed = route(profile, probs, mass)[0]
         out.append(

@@ -79,6 +79,12 @@ class Record:
     agreed: tuple[str | None, ...]  # the values of AGREED, in that order
     fields: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
+    def read(self) -> tuple[float, ...]:
+        """The raw probabilities as calibrate reads them: a yes/no answer as (P(true),
+        1 - P(true)), as read.py makes it from the served P(true); others as recorded."""
+        probs = self.raw_probabilities
+        return (probs[0], 1.0 - probs[0]) if self.question_type == "noul" else probs
+
     def value(self, name: str) -> str | None:
         """One of ``AGREED``'s values."""
         return self.agreed[AGREED.index(name)]

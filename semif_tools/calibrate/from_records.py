@@ -68,15 +68,12 @@ def labelled(record: Record, gold: int) -> Labelled:
         raise RecordError(
             f"{record.source}: question type {kind!r} is not one calibrate fits {list(KINDS)}"
         )
-    probs = record.raw_probabilities
-    if kind == "noul":
-        if record.options != NOUL_NAMES:
-            raise RecordError(
-                f"{record.source}: a yes/no record must have options {list(NOUL_NAMES)}, "
-                f"got {list(record.options)}"
-            )
-        probs = (probs[0], 1.0 - probs[0])
-    return Labelled(kind, probs, gold, record.label_mass)
+    if kind == "noul" and record.options != NOUL_NAMES:
+        raise RecordError(
+            f"{record.source}: a yes/no record must have options {list(NOUL_NAMES)}, "
+            f"got {list(record.options)}"
+        )
+    return Labelled(kind, record.read(), gold, record.label_mass)
 
 
 def recorded_debias(records: Sequence[Record], requested: str | None) -> str | None:
