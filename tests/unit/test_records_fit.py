@@ -341,3 +341,21 @@ def test_records_read_from_a_data_capture_file_join_their_outcomes(tmp_path):
         "(1 outcomes)"
     )
     assert disagreement([r for r, _ in joined.pairs]) is None
+
+
+def test_group_by_fits_each_build_apart(tmp_path, capsys):
+    lines, readings = _labelled_set(seed=4, n_choice=45, n_noul=21)
+    builds = ["b11434" if i % 3 else "b11500" for i in range(len(readings))]
+    records = [_record(f"r{i}", r, llama_build=b) for i, (r, b) in enumerate(zip(readings, builds))]
+    outcomes = [_outcome(f"r{i}", json.dumps(line["gold"]), "JSON") for i, line in enumerate(lines)]
+    rec, out = _write(tmp_path / "r.jsonl", records), _write(tmp_path / "o.jsonl", outcomes)
+    argv = ["--records", str(rec), "--outcomes", str(out), "--profile", "g", "--group-by"]
+    assert cli.main([*argv, "--target-accuracy", "0.8", "--out-dir", str(tmp_path)]) == 0
+    fitted = [json.loads((tmp_path / f"g.{n}.json").read_text()) for n in (1, 2)]
+    assert [(p["name"], p["llama_build"], p["n_items"]) for p in fitted] == [
+        ("g.1", "b11434", 44),
+        ("g.2", "b11500", 22),
+    ]
+    assert "g.2: 22 items of model 'smollm2-135m.gguf', llama_build 'b11500'" in (
+        capsys.readouterr().out
+    )
