@@ -53,7 +53,7 @@ from .prompt_cache import PromptCache
 from .reader import Reader
 from .upstream import ModelInfo, NextToken, Upstream
 
-__all__ = ["Asked", "DecisionService", "Outcome", "read_widths"]
+__all__ = ["Answered", "Asked", "DecisionService", "Outcome", "read_widths"]
 
 _WIDE_READ = 1024
 _UNKNOWN_VOCAB = 1 << 18  # llama-server clamps n_probs to its vocabulary
@@ -114,6 +114,18 @@ class Asked:
         )
 
 
+class Answered(dict[str, Outcome]):
+    """``DecisionService.answer``'s outcomes by question id (a dict, read as before), and
+    for the decision records (proxy/records.py): ``raw``, each question's probabilities
+    after debiasing and before calibration (the options in the caller's order), and
+    ``profile``, the calibration profile applied (None: none)."""
+
+    def __init__(self, *, profile: Profile | None = None) -> None:
+        super().__init__()
+        self.profile = profile
+        self.raw: dict[str, tuple[float, ...]] = {}
+
+
 class DecisionService:
     """One served model's decisions. ``profiles``: the calibration profiles requests
     may name (None: none, as in tests)."""
@@ -161,9 +173,10 @@ class DecisionService:
 
     # -- the pipeline ---------------------------------------------------------------
 
-    async def answer(self, asked: Asked) -> dict[str, Outcome]:
+    async def answer(self, asked: Asked) -> Answered:
         """Every question's outcome, by id: debiased as asked (else as the profile says),
-        then calibrated and routed by the profile."""
+        then calibrated and routed by the profile. The answer also holds what a decision
+        record needs (``Answered``): the probabilities before calibration and the profile."""
         profile = await self._profile(asked)
         plans = {
             qid: debias_for(
@@ -187,10 +200,16 @@ class DecisionService:
             {qid: plan.shifts for qid, plan in plans.items() if plan.shifts},
             frozenset(qid for qid, plan in plans.items() if plan.method == "contextual"),
         )
-        return {
-            qid: apply_profile(profile, outcome, plans[qid], asked.label_mass_floor)
-            for qid, outcome in outcomes.items()
-        }
+        answered = Answered(profile=profile)
+        for qid, outcome in outcomes.items():
+            plan = plans[qid]
+            # debiased (a PriDe prior divided out) but not calibrated: the record's "raw"
+            read = apply_profile(None, outcome, plan) if plan.prior is not None else outcome
+            answered.raw[qid] = read.decision.probabilities
+            answered[qid] = apply_profile(
+                profile, read, replace(plan, prior=None), asked.label_mass_floor
+            )
+        return answered
 
     async def _profile(self, asked: Asked) -> Profile | None:
         """The calibration profile ``asked`` uses, checked against the served model, the
@@ -338,6 +357,7 @@ class DecisionService:
                 read_scheme=first.read_scheme,
                 repeatable=first.repeatable,
                 layout=layout,
+                prompt_ids=first.prompt_ids,
             )
         if free is not None and question.kind != "score":
             weights, spent = await self._free_answer(free, question, template_kwargs, layout)
@@ -588,6 +608,7 @@ class DecisionService:
                         read_scheme=self.scheme if tokens is not None else "chat",
                         repeatable=self._check.repeatable if tokens is not None else False,
                         layout=layout,
+                        prompt_ids=tokens[0] if tokens is not None else (),
                     )
         missing = [label for label, tid in labels if tid not in read.logprobs]
         raise UpstreamBadResponse(

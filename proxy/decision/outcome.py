@@ -6,7 +6,7 @@ it without importing the service that makes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .readout import Decision
 
@@ -34,6 +34,9 @@ class Outcome:
     read_scheme: str = ""  # how the prompt was evaluated: "prefix-63", "segment" (proxy/kv.py)
     repeatable: bool | None = None  # the server's self-check (decision/selfcheck.py); None: not yet
     layout: str = "conversation_first"  # decision/prompt.py's LAYOUTS (System One: state first)
+    # the prompt's token ids as read (the options in the caller's order), for the decision
+    # record's keyed hash (proxy/records.py); empty when read through the chat endpoint
+    prompt_ids: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def tokens_in(self) -> int:
