@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from .admission import Admission
-from .app_keys import ADMISSION, METRICS, MODELS, PROFILES, SETTINGS, UPSTREAM
+from .app_keys import ADMISSION, METRICS, MODELS, PROFILES, RECORDER, SETTINGS, UPSTREAM
 from .config import Settings
 from .metrics import Metrics
 from .middleware import MIDDLEWARES
 from .profile_store import ProfileStore
+from .records import open_recorder
 from .routes.chat import chat_completions
 from .routes.decisions import decisions
 from .routes.invocations import execution_parameters, invocations
@@ -29,10 +31,16 @@ __all__ = ["create_app"]
 
 
 def create_app(
-    settings: Settings, *, upstream: Upstream | None = None, worker: tuple[int, int] = (0, 1)
+    settings: Settings,
+    *,
+    upstream: Upstream | None = None,
+    worker: tuple[int, int] = (0, 1),
+    records_to: Callable[[bytes], None] | None = None,
+    records_key: bytes | None = None,
 ) -> web.Application:
     """``worker``: (index, count) with ``--workers``: which share of llama-server's slots
-    this process leases to its decisions."""
+    this process leases to its decisions; ``records_to`` and ``records_key``: where a
+    worker sends its decision records (the parent's relay) and the key it hashes with."""
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=MIDDLEWARES,
@@ -40,6 +48,7 @@ def create_app(
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     app[PROFILES] = ProfileStore(settings.calibration_dir, settings.calibration_profile or None)
+    app.cleanup_ctx.append(_records_ctx(records_to, records_key))
     app.cleanup_ctx.append(_upstream_ctx(upstream, worker))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
@@ -62,6 +71,20 @@ def create_app(
     # Every other path and method is llama-server's: relayed unchanged (routes/relayed.py).
     app.router.add_route("*", "/{path:.*}", relayed)
     return app
+
+
+def _records_ctx(
+    to: Callable[[bytes], None] | None, key: bytes | None
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        settings = app[SETTINGS]
+        recorder = open_recorder(settings, app[METRICS], relay=to, key=key)
+        app[RECORDER] = recorder
+        yield
+        # after the upstream's cleanup (contexts close in reverse): every answer is made
+        await asyncio.to_thread(recorder.close, min(5.0, settings.shutdown_timeout_s))
+
+    return ctx
 
 
 def _upstream_ctx(

@@ -8,6 +8,7 @@ from .admission import Admission
 from .config import Settings
 from .metrics import Metrics
 from .profile_store import ProfileStore
+from .records import Recorder
 from .served import ServedModels
 from .upstream import Upstream
 
@@ -19,7 +20,9 @@ __all__ = [
     "PROFILES",
     "PEERS",
     "ADMISSION",
+    "RECORDER",
     "KIND",
+    "ARRIVED",
     "API",
 ]
 
@@ -29,6 +32,7 @@ MODELS = web.AppKey("models", ServedModels)
 METRICS = web.AppKey("metrics", Metrics)
 PROFILES = web.AppKey("profiles", ProfileStore)
 ADMISSION = web.AppKey("admission", Admission)
+RECORDER = web.AppKey("recorder", Recorder)
 # The other workers' private metrics sockets (``--workers``; absent with one process).
 PEERS = web.AppKey("peers", tuple)
 
@@ -36,3 +40,5 @@ PEERS = web.AppKey("peers", tuple)
 KIND = web.RequestKey("kind", str)
 # Which API's error shape the request is answered in ("openai" or "systemone").
 API = web.RequestKey("api", str)
+# When the request arrived (``time.perf_counter()``): a decision record's latency starts here.
+ARRIVED = web.RequestKey("arrived", float)

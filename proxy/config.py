@@ -8,7 +8,7 @@ meaning (named in ``--help``); a flag given on the command line wins.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 __all__ = ["Settings", "build_parser", "environment_variable", "load_settings"]
@@ -44,6 +44,10 @@ class Settings:
     model_aliases: str = ""  # more names for the served model, comma-separated (proxy/names.py)
     default_model: str = ""  # a llama-server router's model for requests naming none
     upstream_ubatch: int = 0  # llama-server's -ub when 2 to 63: the prefix read (proxy/kv.py)
+    decision_records: str = "off"  # off | stdout | answer | a file path (proxy/records.py)
+    decision_records_inputs: bool = False  # the conversation or state in each record
+    decision_records_key_file: str = ""  # the prompt hashes' HMAC key ("": random per start)
+    decision_records_buffer: int = 10_000  # records queued for the sink; dropped beyond
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -75,6 +79,10 @@ class Settings:
             raise ValueError("upstream_ubatch must be 0 (unknown) or llama-server's -ub")
         if self.question_fanout < 0:
             raise ValueError("question_fanout must be 0 (one per llama-server slot) or more")
+        if not self.decision_records.strip():
+            raise ValueError("decision_records must be off, stdout, answer or a file path")
+        if self.decision_records_buffer < 1:
+            raise ValueError("decision_records_buffer must be at least 1")
 
 
 # flag -> (environment variable, help)
@@ -155,6 +163,28 @@ _OPTIONS: dict[str, tuple[str, str]] = {
         "any prefix a slot holds (docs/repeatability.md); 0: unknown, each "
         "shared segment is evaluated from position 0",
     ),
+    "decision_records": (
+        "PROXY_DECISION_RECORDS",
+        "a JSON line per decision (docs/records.md): off; stdout (a cluster's log "
+        "pipeline ships it); answer (in the answer: semif.record, x_record; for SageMaker "
+        "Data Capture); or a file path (appended to)",
+    ),
+    "decision_records_inputs": (
+        "PROXY_DECISION_RECORDS_INPUTS",
+        "put each decision's input (the conversation, or the state and question) in its "
+        "record; off by default: records hold no text of the request",
+    ),
+    "decision_records_key_file": (
+        "PROXY_DECISION_RECORDS_KEY_FILE",
+        "file of the secret key (16 bytes or more) of the records' prompt_hash "
+        "(HMAC-SHA256 of the prompt's tokens); '' for a random key per start, whose "
+        "hashes compare within one run only",
+    ),
+    "decision_records_buffer": (
+        "PROXY_DECISION_RECORDS_BUFFER",
+        "records waiting for a slow sink, per process; beyond it a record is dropped, "
+        "counted (semif_decision_records_dropped_total) and logged",
+    ),
     "workers": (
         "PROXY_WORKERS",
         "processes sharing the port (SO_REUSEPORT spreads connections); "
@@ -177,12 +207,22 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = Settings()
     for f in fields(Settings):
         env, text = _OPTIONS[f.name]
+        default = getattr(defaults, f.name)
+        if isinstance(default, bool):  # --name / --no-name
+            parser.add_argument(
+                "--" + f.name.replace("_", "-"),
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{text} [env {env}: true or false] (default: {str(default).lower()})",
+            )
+            continue
         parser.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f.name,
-            type=_type_of(getattr(defaults, f.name), f.type),
+            type=_type_of(default, f.type),
             default=None,
-            help=f"{text} [env {env}] (default: {getattr(defaults, f.name)})",
+            help=f"{text} [env {env}] (default: {default})",
         )
     return parser
 
@@ -202,9 +242,21 @@ def load_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Set
     return Settings(**values)
 
 
-def _type_of(default: object, annotation: object) -> type:
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _boolean(text: str) -> bool:
+    """An environment variable's boolean: 1/true/yes/on or 0/false/no/off (any case)."""
+    word = text.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError(f"{text!r} is not a boolean: use true or false")
+
+
+def _type_of(default: object, annotation: object) -> Callable[[str], object]:
     if isinstance(default, bool):
-        raise TypeError("no boolean settings yet")
+        return _boolean
     if isinstance(default, (int, float)):
         return type(default)
     return str

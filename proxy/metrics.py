@@ -234,6 +234,16 @@ class Metrics:
             buckets=_LATENCY,
             registry=r,
         )
+        self.records_written = Counter(
+            "semif_decision_records_written",
+            "Decision records handed to their sink (--decision-records; answer: put in answers)",
+            registry=r,
+        )
+        self.records_dropped = Counter(
+            "semif_decision_records_dropped",
+            "Decision records dropped: the queue was full or the sink failed (logged)",
+            registry=r,
+        )
         self.worker_processes = Gauge(
             "semif_worker_processes",
             "Proxy processes whose counts this scrape includes (--workers)",

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from .admission import estimate_holder, server_timing
-from .app_keys import API, KIND, METRICS, SETTINGS
+from .app_keys import API, ARRIVED, KIND, METRICS, SETTINGS
 from .config import Settings
 from .errors import (
     InvalidRequest,
@@ -50,7 +50,7 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
     route = resource.canonical if resource is not None else "other"
     upstream = upstream_seconds()
     estimate = estimate_holder()
-    started = time.perf_counter()
+    started = request[ARRIVED] = time.perf_counter()
     status = 499  # the client went away before an answer
     metrics.request_started(route)
     try:

@@ -27,6 +27,19 @@ worker again when one dies after it has served (at once; after a back-off of 1 t
 dies before it was ever ready (a port in use, say: exit 1), and on SIGTERM or
 SIGINT passes SIGTERM on and waits for the workers to drain.
 
+Decision records (``--decision-records stdout`` or a file; ``proxy/record_sink.py``): one
+writer for the whole proxy, here in the parent. Each worker queues its records (bounded,
+``--decision-records-buffer``) and its writer thread sends whole batches of lines over a
+pipe of its own to the parent; the parent's relay thread takes one batch at a time and
+writes it to stdout or the file before taking the next. So a record of several kilobytes
+never interleaves with another worker's (a pipe keeps only writes of up to 4 KB whole, and
+stdout to a container runtime is a pipe). A slow sink blocks the relay, the pipes fill,
+and the workers' queues drop what does not fit (counted in
+``semif_decision_records_dropped_total``, summed over the workers like every count). The
+prompt hashes' random key, when no key file is given, is made here once and handed to
+every worker, so that their hashes compare. Records in the answer (``answer``) need no
+relay.
+
 A worker's counts start again from zero when it is started again: the summed
 counters then go down, which Prometheus reads as a counter reset, so ``rate()``
 over a window that holds a worker's restart overstates. A scrape while a worker
@@ -52,6 +65,8 @@ from pathlib import Path
 from aiohttp import web
 
 from .config import Settings
+from .record_sink import Relay, sink_writer
+from .records import ANSWER, OFF, record_key
 
 __all__ = ["run", "share"]
 
@@ -81,13 +96,22 @@ def run(settings: Settings) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     ready = [context.Event() for _ in range(n)]
+    mode = settings.decision_records
+    key = record_key(settings) if mode != OFF else None
+    relay = Relay(*sink_writer(mode)) if mode not in (OFF, ANSWER) else None
 
     def start(i: int) -> multiprocessing.process.BaseProcess:
         ready[i].clear()
+        receive, send = context.Pipe(duplex=False) if relay is not None else (None, None)
         proc = context.Process(
-            target=_worker, args=(settings, i, sockets, ready[i]), name=f"worker-{i}"
+            target=_worker,
+            args=(settings, i, sockets, ready[i], send, key),
+            name=f"worker-{i}",
         )
         proc.start()
+        if relay is not None and receive is not None and send is not None:
+            send.close()  # the worker holds its own copy: its end closes when it exits
+            relay.add(receive)
         return proc
 
     procs: list[multiprocessing.process.BaseProcess | None] = [start(i) for i in range(n)]
@@ -136,11 +160,20 @@ def run(settings: Settings) -> int:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        if relay is not None:  # what the workers sent before they ended, written
+            relay.close()
         shutil.rmtree(folder, ignore_errors=True)
     return code
 
 
-def _worker(settings: Settings, index: int, sockets: list[str], ready) -> None:
+def _worker(
+    settings: Settings,
+    index: int,
+    sockets: list[str],
+    ready,
+    records: multiprocessing.connection.Connection | None = None,
+    key: bytes | None = None,
+) -> None:
     from .app import create_app
     from .app_keys import METRICS, PEERS
     from .logs import setup_logging
@@ -154,7 +187,12 @@ def _worker(settings: Settings, index: int, sockets: list[str], ready) -> None:
         max_active_decisions=share(settings.max_active_decisions, n, index, least=1),
         max_queued_decisions=share(settings.max_queued_decisions, n, index),
     )
-    app = create_app(mine, worker=(index, n))
+    app = create_app(
+        mine,
+        worker=(index, n),
+        records_to=records.send_bytes if records is not None else None,
+        records_key=key,
+    )
     app[PEERS] = tuple(s for i, s in enumerate(sockets) if i != index)
 
     async def main() -> None:

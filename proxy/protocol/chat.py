@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -16,6 +17,7 @@ from .answers import (
     Calibrated,
     ChoiceAnswer,
     DebiasMethod,
+    DecisionRecord,
     NoulAnswer,
     Route,
     RouteReason,
@@ -56,6 +58,12 @@ class _ReadFacts(Open):
     repeatable: bool | None = Field(None, description="the server's self-check, once it ran")
     logprobs_of: Literal["calibrated", "debiased", "read"] | None = Field(
         None, description="what choices[0].logprobs list (only when the request asked)"
+    )
+    decision_id: str | None = Field(
+        None, description="the decision's id in the records and outcomes (docs/records.md)"
+    )
+    record: DecisionRecord | None = Field(
+        None, description="the decision record (--decision-records answer)"
     )
 
 
@@ -211,15 +219,24 @@ def logprobs_object(outcome: Outcome, top: int) -> dict[str, Any]:
 
 
 def completion_body(
-    outcome: Outcome, model: str | None, top_logprobs: int | None = None
+    outcome: Outcome,
+    model: str | None,
+    top_logprobs: int | None = None,
+    decision_id: str | None = None,
+    record: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``chat.completion``; with ``top_logprobs`` (the request asked for logprobs) the
-    distribution also in ``choices[0].logprobs``, where every OpenAI client keeps it."""
+    distribution also in ``choices[0].logprobs``, where every OpenAI client keeps it.
+    ``decision_id`` and ``record`` (proxy/records.py) go in ``semif``."""
     semif = semif_object(outcome)
     logprobs = None
     if top_logprobs is not None:
         logprobs = logprobs_object(outcome, top_logprobs)
         semif["logprobs_of"] = _logprobs_of(outcome)
+    if decision_id is not None:
+        semif["decision_id"] = decision_id
+    if record is not None:
+        semif["record"] = record
     return {
         "id": f"chatcmpl-semif-{random.getrandbits(128):032x}",  # unique, not secret
         "object": "chat.completion",
@@ -243,11 +260,13 @@ def completion_chunks(
     model: str | None,
     top_logprobs: int | None = None,
     include_usage: bool = False,
+    decision_id: str | None = None,
+    record: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The whole answer as one ``chat.completion.chunk``, then, when the request asked for
     usage (``stream_options.include_usage``), OpenAI's usage chunk with no choices (the
     answer's chunk then carries ``usage: null``, as OpenAI's do)."""
-    body = completion_body(outcome, model, top_logprobs)
+    body = completion_body(outcome, model, top_logprobs, decision_id, record)
     choice = body["choices"][0]
     body["object"] = "chat.completion.chunk"
     body["choices"] = [

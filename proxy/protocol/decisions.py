@@ -44,6 +44,7 @@ from ..decision.question import (
 )
 from ..decision.readout import Decision, choice_confidence, expected_level, score_confidence
 from ..errors import InvalidRequest
+from .answers import DecisionRecord
 from .wire import Count, Open, Probability
 
 __all__ = [
@@ -440,7 +441,19 @@ def _with_description(label: str, description: str | None) -> str:
     return f"{label} - {description.strip()}" if description and description.strip() else label
 
 
-class _DecisionsPredicateAnswer(Open):
+class _Recorded(Open):
+    """Extensions of every answer: its decision id and, with --decision-records answer,
+    its record (docs/records.md)."""
+
+    x_decision_id: str | None = Field(
+        None, description="the decision's id in the records and outcomes (docs/records.md)"
+    )
+    x_record: DecisionRecord | None = Field(
+        None, description="the decision record (--decision-records answer)"
+    )
+
+
+class _DecisionsPredicateAnswer(_Recorded):
     type: Literal["predicate"]
     name: str | None
     probability: Probability = Field(description="the probability of yes")
@@ -451,7 +464,7 @@ class _ValueProbability(Open):
     probability: Probability
 
 
-class _DecisionsChoiceAnswer(Open):
+class _DecisionsChoiceAnswer(_Recorded):
     type: Literal["choice"]
     name: str | None
     choice: str | bool
@@ -465,7 +478,7 @@ class _LevelProbability(Open):
     probability: Probability
 
 
-class _DecisionsScoreAnswer(Open):
+class _DecisionsScoreAnswer(_Recorded):
     type: Literal["score"]
     name: str | None
     score: Annotated[float, Field(ge=0)] = Field(description="the expected level")
@@ -503,16 +516,29 @@ class DecisionsResponse(Open):
     usage: _DecisionsUsage
 
 
-def response_body(call: DecisionsCall, outcomes: Mapping[str, Outcome]) -> dict[str, Any]:
+def response_body(
+    call: DecisionsCall,
+    outcomes: Mapping[str, Outcome],
+    ids: Mapping[str, str] | None = None,
+    records: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The SDK's ``Decision``. Usage has OpenAI's meaning: input tokens are every prompt
     token read, of which ``cached_tokens`` came from llama-server's prompt cache; output
-    tokens are the one-token reads."""
-    used = [outcomes[qid] for qid in call.questions]
+    tokens are the one-token reads. ``ids`` and ``records`` (proxy/records.py), by
+    question id, in each answer's ``x_decision_id`` and ``x_record``."""
+    qids = list(call.questions)
+    used = [outcomes[qid] for qid in qids]
     input_tokens = sum(o.tokens_in for o in used)
     output_tokens = sum(o.reads for o in used)
+    answers = [_answer(a, o.decision) for a, o in zip(call.asked, used)]
+    for qid, answer in zip(qids, answers):
+        if ids is not None:
+            answer["x_decision_id"] = ids[qid]
+        if records is not None:
+            answer["x_record"] = records[qid]
     return {
         "model": call.model,
-        "answers": [_answer(a, o.decision) for a, o in zip(call.asked, used)],
+        "answers": answers,
         "usage": {
             "input_tokens": input_tokens,
             "input_tokens_details": {

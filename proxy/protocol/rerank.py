@@ -35,7 +35,7 @@ from ..decision.prompt import (
 )
 from ..decision.question import MAX_OPTIONS, Question, choice_question, noul_question
 from ..errors import InvalidRequest
-from .answers import Calibrated
+from .answers import Calibrated, DecisionRecord
 from .wire import Count, Open, Probability
 
 __all__ = [
@@ -84,6 +84,11 @@ class _Ranked(Open):
     index: Count = Field(description="the document's position in the request")
     relevance_score: Probability
     document: _TextDocument | None = None  # with return_documents
+    x_decision_id: str | None = Field(
+        None,
+        description="the id of the decision that scored it (docs/records.md): the "
+        "document's own (pointwise) or the one choice's (listwise)",
+    )
 
 
 class _RerankUsage(Open):
@@ -119,6 +124,11 @@ class RerankResponse(Open):
     )
     x_prompt_format_version: Literal["semif-1"]
     x_calibration: Calibrated | None = None
+    x_records: list[DecisionRecord] | None = Field(
+        None,
+        description="with --decision-records answer: every decision's record, in the "
+        "documents' order (pointwise; those top_n leaves out too) or the one (listwise)",
+    )
 
 
 class _Scored(Open):
@@ -254,15 +264,24 @@ def relevance(call: RerankCall, outcomes: Mapping[str, Outcome]) -> list[float]:
 
 
 def response_body(
-    call: RerankCall, scores: Sequence[float], outcomes: Mapping[str, Outcome], model: str
+    call: RerankCall,
+    scores: Sequence[float],
+    outcomes: Mapping[str, Outcome],
+    model: str,
+    ids: Mapping[str, str] | None = None,
+    records: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ranked answer: best first (the caller's order among equals), ``top_n`` of them."""
+    """The ranked answer: best first (the caller's order among equals), ``top_n`` of them.
+    ``ids`` (by question id, proxy/records.py): each result's ``x_decision_id``;
+    ``records``: every one in ``x_records``."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[: call.top_n]
     results = []
     for i in order:
         result: dict[str, Any] = {"index": i, "relevance_score": scores[i]}
         if call.return_documents:
             result["document"] = {"text": call.documents[i]}
+        if ids is not None:
+            result["x_decision_id"] = ids["0" if call.method == "listwise" else str(i)]
         results.append(result)
     prompt = sum(o.tokens_in for o in outcomes.values())
     evaluated = sum(o.prompt_evaluated for o in outcomes.values())
@@ -280,4 +299,6 @@ def response_body(
     calibrated = next((o.calibration for o in outcomes.values() if o.calibration), None)
     if calibrated:
         body["x_calibration"] = calibrated
+    if records is not None:
+        body["x_records"] = list(records.values())
     return body

@@ -14,6 +14,7 @@ order), ``x_calibration`` and ``x_label_mass_floor`` (overrides the profile's).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -36,6 +37,7 @@ from .answers import (
     Calibrated,
     ChoiceAnswer,
     DebiasMethod,
+    DecisionRecord,
     NoulAnswer,
     Route,
     RouteReason,
@@ -137,6 +139,12 @@ class _ReadFacts(Open):
     x_rotations: list[_Rotation] | None = None
     x_read_scheme: str | None = None
     x_repeatable: bool | None = None
+    x_decision_id: str | None = Field(
+        None, description="the decision's id in the records and outcomes (docs/records.md)"
+    )
+    x_record: DecisionRecord | None = Field(
+        None, description="the decision record (--decision-records answer)"
+    )
 
 
 class SystemOneChoiceAnswer(ChoiceAnswer, _ReadFacts):
@@ -225,7 +233,14 @@ def _detail(error: Any) -> dict[str, Any]:
     return {"loc": ["body", *error["loc"]], "msg": error["msg"], "type": error["type"]}
 
 
-def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
+def response_body(
+    model: str,
+    outcomes: Mapping[str, Outcome],
+    ids: Mapping[str, str] | None = None,
+    records: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The System One answer; ``ids`` and ``records`` (proxy/records.py), by question id,
+    in each answer's ``x_decision_id`` and ``x_record``."""
     answers = {}
     for qid, outcome in outcomes.items():
         answer = system_one_answer(outcome.decision)
@@ -249,6 +264,10 @@ def response_body(model: str, outcomes: dict[str, Outcome]) -> dict[str, Any]:
             answer["x_read_scheme"] = outcome.read_scheme
         if outcome.repeatable is not None:  # the server's self-check: unknown until it ran
             answer["x_repeatable"] = outcome.repeatable
+        if ids is not None:
+            answer["x_decision_id"] = ids[qid]
+        if records is not None:
+            answer["x_record"] = records[qid]
         answers[qid] = answer
     return {
         "model": model,

@@ -13,9 +13,19 @@ from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunks
 from ..protocol.relayed import relayed_body
 from ..protocol.semif import parse_semif, refuse_incompatible, requested_logprobs
+from ..records import Context, Decided
 from ..served import UnknownModel
 from ..service import Asked
-from .common import check_depth, json_object, json_response, relay, relayed_work
+from .common import (
+    check_depth,
+    context_of,
+    json_object,
+    json_response,
+    recorded,
+    relay,
+    relayed_work,
+    request_header,
+)
 
 __all__ = ["chat_completions", "chat_reply", "chat_record"]
 
@@ -36,25 +46,41 @@ async def chat_reply(request: web.Request, body: dict[str, Any], raw: bytes) -> 
     request[KIND] = "decision"
     top = requested_logprobs(body)
     include_usage = _include_usage(body)
-    outcome, model, stream = await _decision(request.app, body, raw)
+    context = context_of(request, "chat", question_ids=False)
+    outcome, model, stream, decided = await _decision(request.app, body, raw, context)
+    decision_id, record = _one(decided)
     if not stream:
-        return json_response(completion_body(outcome, model, top))
+        return json_response(
+            completion_body(outcome, model, top, decision_id, record),
+            headers=request_header(context),
+        )
     response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            **request_header(context),
+        }
     )
     await response.prepare(request)
-    for chunk in completion_chunks(outcome, model, top, include_usage):
+    for chunk in completion_chunks(outcome, model, top, include_usage, decision_id, record):
         await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
 
 
-async def chat_record(app: web.Application, body: dict[str, Any], raw: bytes) -> dict[str, Any]:
+async def chat_record(
+    app: web.Application, body: dict[str, Any], raw: bytes, context: Context
+) -> dict[str, Any]:
     """The whole answer to a chat decision body (no stream), as one JSON object."""
     top = requested_logprobs(body)
-    outcome, model, _stream = await _decision(app, body, raw)
-    return completion_body(outcome, model, top)
+    outcome, model, _stream, decided = await _decision(app, body, raw, context)
+    return completion_body(outcome, model, top, *_one(decided))
+
+
+def _one(decided: Decided) -> tuple[str, dict[str, Any] | None]:
+    """A chat decision's id and record (None unless answers carry records)."""
+    return decided.ids["0"], decided.records["0"] if decided.records is not None else None
 
 
 def _include_usage(body: dict[str, Any]) -> bool:
@@ -70,9 +96,10 @@ def _include_usage(body: dict[str, Any]) -> bool:
 
 
 async def _decision(
-    app: web.Application, body: dict[str, Any], raw: bytes
-) -> tuple[Outcome, str | None, bool]:
-    """The decision a chat body with ``semif`` asks for: (outcome, model, stream)."""
+    app: web.Application, body: dict[str, Any], raw: bytes, context: Context
+) -> tuple[Outcome, str | None, bool, Decided]:
+    """The decision a chat body with ``semif`` asks for: (outcome, model, stream, its id
+    and record)."""
     check_depth(body, raw)
     call = parse_semif(body["semif"])
     refuse_incompatible(body)
@@ -96,5 +123,6 @@ async def _decision(
         debias_param="semif.debias",
         label_mass_floor=call.label_mass_floor,
     )
-    outcome = (await service.answer(asked))["0"]
-    return outcome, model, stream
+    answered = await service.answer(asked)
+    decided = recorded(app, context, asked, answered, service)
+    return answered["0"], model, stream, decided

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from ..admission import Work
-from ..app_keys import ADMISSION, KIND, METRICS, MODELS, SETTINGS
+from ..app_keys import ADMISSION, ARRIVED, KIND, METRICS, MODELS, RECORDER, SETTINGS
 from ..cost import CHUNK, ONE, CostModel
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..protocol.relayed import generation_tokens
-from ..service import DecisionService
+from ..records import Context, Decided, request_id
+from ..service import Answered, Asked, DecisionService
 from ..upstream import Upstream
 
-__all__ = ["MAX_DEPTH", "json_object", "check_depth", "json_response", "relay", "routed"]
+__all__ = [
+    "MAX_DEPTH",
+    "json_object",
+    "check_depth",
+    "json_response",
+    "context_of",
+    "request_header",
+    "recorded",
+    "relay",
+    "routed",
+]
 
 # Deeper JSON than this in a decision body is refused: it has no business in a
 # prompt, and the encoders behind us stop at 255 (orjson) or ~1000 (json) levels.
@@ -59,8 +71,41 @@ def routed(raw: bytes, body: dict[str, Any], service: DecisionService) -> bytes:
     return orjson.dumps({**body, "model": model})
 
 
-def json_response(body: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
+
+
+def context_of(request: web.Request, api: str, **more: Any) -> Context:
+    """A decision request's id and arrival (proxy/records.py); its API's name, or
+    "invocations" when it came through SageMaker's path."""
+    return Context(
+        request_id(request.headers),
+        "invocations" if request.path == "/invocations" else api,
+        request.get(ARRIVED) or time.perf_counter(),
+        **more,
+    )
+
+
+def request_header(context: Context) -> dict[str, str]:
+    """The header every decision answer sends its request id back in."""
+    return {"X-Request-Id": context.request_id}
+
+
+def recorded(
+    app: web.Application,
+    context: Context,
+    asked: Asked,
+    answered: Answered,
+    service: DecisionService,
+) -> Decided:
+    """The decisions' ids, and their records made and sent where ``--decision-records``
+    says (never failing the answer: a record that cannot be queued is counted, logged)."""
+    info = service.known_model
+    return app[RECORDER].decided(context, asked, answered, info.build if info else None)
 
 
 # about how many bytes of a JSON chat body make one prompt token (English text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -9,9 +10,10 @@ from aiohttp import web
 from ..app_keys import KIND, MODELS, SETTINGS
 from ..errors import InvalidRequest
 from ..protocol.decisions import parse_request, response_body
+from ..records import Context
 from ..served import UnknownModel
 from ..service import Asked
-from .common import check_depth, json_object, json_response
+from .common import check_depth, context_of, json_object, json_response, recorded, request_header
 
 __all__ = ["decisions", "decisions_reply", "decisions_record"]
 
@@ -25,11 +27,14 @@ async def decisions(request: web.Request) -> web.Response:
 async def decisions_reply(request: web.Request, body: dict[str, Any], raw: bytes) -> web.Response:
     """The answer to a parsed Decisions body."""
     request[KIND] = "decision"
-    return json_response(await decisions_record(request.app, body, raw))
+    context = context_of(request, "decisions")
+    return json_response(
+        await decisions_record(request.app, body, raw, context), headers=request_header(context)
+    )
 
 
 async def decisions_record(
-    app: web.Application, body: dict[str, Any], raw: bytes
+    app: web.Application, body: dict[str, Any], raw: bytes, context: Context
 ) -> dict[str, Any]:
     """The answer to a Decisions body as one JSON object (also a jsonlines line's)."""
     check_depth(body, raw)
@@ -46,7 +51,7 @@ async def decisions_record(
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
     # no calibration: the Decisions API has no field to name a profile
-    outcomes = await service.answer(
-        Asked.about_state(call.state_text, call.questions, default_profile=False)
-    )
-    return response_body(call, outcomes)
+    asked = Asked.about_state(call.state_text, call.questions, default_profile=False)
+    outcomes = await service.answer(asked)
+    decided = recorded(app, replace(context, state=call.state_text), asked, outcomes, service)
+    return response_body(call, outcomes, decided.ids, decided.records)

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -33,6 +35,7 @@ from aiohttp import web
 from ..app_keys import API, KIND, METRICS, MODELS, SETTINGS
 from ..errors import InvalidRequest, ProxyError, UpstreamTimeout, error_record
 from ..middleware import count_error
+from ..records import Context, request_id
 from .chat import chat_record, chat_reply
 from .common import check_depth, json_object
 from .decisions import decisions_record, decisions_reply
@@ -105,6 +108,7 @@ async def _jsonlines(request: web.Request) -> web.Response:
     if not lines:
         raise InvalidRequest("the jsonlines body has no lines", code="empty_body")
     answers: list[bytes] = [b""] * len(lines)
+    payload = request_id(request.headers)  # line n's decisions: <payload>/<n>[/<question>]
     todo = iter(enumerate(lines))
     late = UpstreamTimeout(
         f"the payload's {timeout_s:g} s deadline (PROXY_INVOCATIONS_TIMEOUT) passed before "
@@ -121,8 +125,9 @@ async def _jsonlines(request: web.Request) -> web.Response:
                 answers[i], missed = too_late, missed + 1
                 continue
             try:
+                context = Context(payload, "invocations", time.perf_counter(), line=i)
                 async with asyncio.timeout_at(deadline):
-                    answers[i] = orjson.dumps(await answer_line(app, raw))
+                    answers[i] = orjson.dumps(await answer_line(app, raw, context))
             except TimeoutError:  # cut short: llama-server's work on it is cancelled
                 answers[i], missed = too_late, missed + 1
 
@@ -140,16 +145,21 @@ async def _jsonlines(request: web.Request) -> web.Response:
             len(lines),
             timeout_s,
         )
-    return web.Response(body=b"\n".join(answers) + b"\n", content_type="application/jsonlines")
+    return web.Response(
+        body=b"\n".join(answers) + b"\n",
+        content_type="application/jsonlines",
+        headers={"X-Request-Id": payload},
+    )
 
 
-async def answer_line(app: web.Application, raw: bytes) -> dict[str, Any]:
+async def answer_line(app: web.Application, raw: bytes, context: Context) -> dict[str, Any]:
     """One jsonlines record's answer, or its error record (counted like a request's; an
-    unexpected failure is logged with an id and answered as a 500 record)."""
+    unexpected failure is logged with an id and answered as a 500 record). ``context``:
+    the payload's request id and the line's number, for its decision ids."""
     try:
         if not raw.strip():
             raise InvalidRequest("the line is blank", code="blank_line")
-        return await _answer(app, raw)
+        return await _answer(app, raw, context)
     except ProxyError as err:
         count_error(app, "POST", "/invocations", err)
         return error_record(err)
@@ -161,15 +171,15 @@ async def answer_line(app: web.Application, raw: bytes) -> dict[str, Any]:
         )
 
 
-async def _answer(app: web.Application, raw: bytes) -> dict[str, Any]:
+async def _answer(app: web.Application, raw: bytes, context: Context) -> dict[str, Any]:
     """A line answered by the same parse, service call and render as its route's."""
     body = json_object(raw)
     shape = body_shape(body)
     check_depth(body, raw)
     if shape == "systemone":
-        return await system_one_record(app, body, raw)
+        return await system_one_record(app, body, raw, context)
     if shape == "decisions":
-        return await decisions_record(app, body, raw)
+        return await decisions_record(app, body, raw, context)
     if body.get("semif") is None:
         raise InvalidRequest(
             "a jsonlines line is a decision: a chat request needs semif "
@@ -178,4 +188,4 @@ async def _answer(app: web.Application, raw: bytes) -> dict[str, Any]:
         )
     if body.get("stream"):
         raise InvalidRequest("a jsonlines line is answered whole: no stream", param="stream")
-    return await chat_record(app, body, raw)
+    return await chat_record(app, body, raw, replace(context, question_ids=False))

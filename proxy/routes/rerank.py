@@ -24,7 +24,16 @@ from ..protocol.rerank import (
 )
 from ..served import UnknownModel
 from ..service import Asked
-from .common import check_depth, json_object, json_response, relay, routed
+from .common import (
+    check_depth,
+    context_of,
+    json_object,
+    json_response,
+    recorded,
+    relay,
+    request_header,
+    routed,
+)
 
 __all__ = ["rerank"]
 
@@ -50,6 +59,9 @@ async def rerank(request: web.Request) -> web.StreamResponse:
         max_document_chars=settings.rerank_max_document_chars,
     )
     started = time.monotonic()
+    context = context_of(
+        request, "rerank", state=query_state(call), question_ids=call.method != "listwise"
+    )
     if call.method == "listwise":
         asked = Asked.about_state(
             query_state(call), {"0": listwise_question(call)}, default_profile=False
@@ -70,7 +82,16 @@ async def rerank(request: web.Request) -> web.StreamResponse:
     metrics.rerank_seconds.labels(call.method).observe(
         (time.monotonic() - started) / len(call.documents)
     )
+    decided = recorded(app, context, asked, outcomes, service)
     answered = next(iter(outcomes.values())).model
     return json_response(
-        response_body(call, relevance(call, outcomes), outcomes, call.model or answered)
+        response_body(
+            call,
+            relevance(call, outcomes),
+            outcomes,
+            call.model or answered,
+            decided.ids,
+            decided.records,
+        ),
+        headers=request_header(context),
     )

@@ -6,6 +6,7 @@ its ``output_modalities``) gets the request forwarded untouched instead.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -13,10 +14,20 @@ from aiohttp import web
 from ..app_keys import KIND, MODELS, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
 from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, response_body
+from ..records import Context
 from ..served import UnknownModel
 from ..service import Asked, DecisionService
 from ..upstream import ModelInfo
-from .common import check_depth, json_object, json_response, relay, routed
+from .common import (
+    check_depth,
+    context_of,
+    json_object,
+    json_response,
+    recorded,
+    relay,
+    request_header,
+    routed,
+)
 
 __all__ = ["served_here", "system_one", "system_one_reply", "system_one_record"]
 
@@ -44,11 +55,14 @@ async def system_one_reply(
         return await relay(
             request, request.app[UPSTREAM], routed(raw, body, service), "/v1/systemone"
         )
-    return json_response(await _answer(request.app, call, service))
+    context = context_of(request, "system_one")
+    return json_response(
+        await _answer(request.app, call, service, context), headers=request_header(context)
+    )
 
 
 async def system_one_record(
-    app: web.Application, body: dict[str, Any], raw: bytes
+    app: web.Application, body: dict[str, Any], raw: bytes, context: Context
 ) -> dict[str, Any]:
     """The answer to a System One body as one JSON object (a jsonlines line): a native
     decision model is not asked line by line."""
@@ -59,7 +73,7 @@ async def system_one_record(
             "One requests to it one at a time",
             code="native_model",
         )
-    return await _answer(app, call, service)
+    return await _answer(app, call, service, context)
 
 
 def served_here(info: ModelInfo | None) -> bool:
@@ -84,7 +98,7 @@ async def _prepared(
 
 
 async def _answer(
-    app: web.Application, call: SystemOneCall, service: DecisionService
+    app: web.Application, call: SystemOneCall, service: DecisionService, context: Context
 ) -> dict[str, Any]:
     """The System One answer to a validated request, read from ``service``'s chat model."""
     limit = app[SETTINGS].max_state_chars
@@ -98,14 +112,14 @@ async def _answer(
                 }
             ]
         )
-    outcomes = await service.answer(
-        Asked.about_state(
-            call.state_text,
-            call.questions,
-            calibration=call.calibration,
-            debias_method=call.debias_method,
-            debias=call.debias,
-            label_mass_floor=call.label_mass_floor,
-        )
+    asked = Asked.about_state(
+        call.state_text,
+        call.questions,
+        calibration=call.calibration,
+        debias_method=call.debias_method,
+        debias=call.debias,
+        label_mass_floor=call.label_mass_floor,
     )
-    return response_body(call.model or DEFAULT_MODEL, outcomes)
+    outcomes = await service.answer(asked)
+    decided = recorded(app, replace(context, state=call.state_text), asked, outcomes, service)
+    return response_body(call.model or DEFAULT_MODEL, outcomes, decided.ids, decided.records)

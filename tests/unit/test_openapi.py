@@ -454,3 +454,82 @@ async def test_the_routes_own_answers_are_documented():
             _answers(OpenAIError, await resp.json())
             resp = await client.get("/execution-parameters")
             _answers(ExecutionParameters, await resp.json())
+
+
+def _with_records(outcomes, api, *, question_ids=True, inputs=True):
+    """Each outcome's decision id and record (proxy/records.py), inputs included."""
+    from proxy.records import Context, decision_ids, records_of
+    from proxy.service import Asked
+
+    questions = {qid: o.decision.question for qid, o in outcomes.items()}
+    state = "a parcel" if question_ids else None
+    asked = (
+        Asked.about_state(state, questions)
+        if state
+        else Asked([{"role": "user", "content": "hi"}], questions)
+    )
+    context = Context("r1", api, 1.0, state=state, question_ids=question_ids)
+    ids = decision_ids("r1", list(outcomes))
+    raw = {qid: o.decision.probabilities for qid, o in outcomes.items()}
+    records = records_of(
+        context,
+        asked,
+        outcomes,
+        raw,
+        ids,
+        threshold=0.5,
+        llama_build="b1",
+        answered_at=0.0,
+        finished=1.5,
+        key=b"k" * 16,
+        inputs=inputs,
+    )
+    return ids, records
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES)
+@pytest.mark.parametrize("inputs", [False, True])
+def test_answers_with_decision_ids_and_records_are_documented(outcome, inputs):
+    ids, records = _with_records({"0": outcome}, "chat", question_ids=False, inputs=inputs)
+    body = chat.completion_body(outcome, None, None, ids["0"], records["0"])
+    assert body["semif"]["decision_id"] == "r1"
+    _answers(chat.ChatCompletion, body)
+    for chunk in chat.completion_chunks(outcome, "m", 2, True, ids["0"], records["0"]):
+        _answers(chat.ChatCompletionChunk, chunk)
+    several = dict(zip("abcde", OUTCOMES))
+    ids, records = _with_records(several, "system_one", inputs=inputs)
+    body = systemone.response_body("jev-latest", several, ids, records)
+    assert body["answers"]["b"]["x_decision_id"] == "r1/b"
+    _answers(systemone.SystemOneResponse, body)
+
+
+def test_decisions_and_rerank_with_decision_ids_and_records_are_documented():
+    call = decisions.parse_request(
+        {"model": "m", "input": "parcel", "questions": [{"type": "predicate", "instructions": "?"}]}
+    )
+    outcomes = {"0": OUTCOMES[3]}
+    ids, records = _with_records(outcomes, "decisions")
+    body = decisions.response_body(call, outcomes, ids, records)
+    assert body["answers"][0]["x_decision_id"] == "r1"
+    _answers(decisions.DecisionsResponse, body)
+    for method in ("pointwise", "listwise"):
+        call = rerank.parse_request(
+            {"query": "q", "documents": ["a", "b", "c"], "top_n": 2, "x_method": method},
+            max_documents=10,
+            max_document_chars=100,
+        )
+        if method == "listwise":
+            outcomes = {"0": _outcome(rerank.listwise_question(call), [0.2, 0.5, 0.3])}
+        else:
+            outcomes = {
+                qid: _outcome(q, [0.6, 0.4]) for qid, q in rerank.pointwise_questions(call).items()
+            }
+        ids, records = _with_records(outcomes, "rerank", question_ids=method == "pointwise")
+        scores = rerank.relevance(call, outcomes)
+        body = rerank.response_body(call, scores, outcomes, "m", ids, records)
+        assert len(body["x_records"]) == len(outcomes)  # top_n leaves none out
+        expected = {0: "r1/0", 1: "r1/1", 2: "r1/2"} if method == "pointwise" else None
+        for result in body["results"]:
+            want = expected[result["index"]] if expected else "r1"
+            assert result["x_decision_id"] == want
+        _answers(rerank.RerankResponse, body)
