@@ -79,8 +79,13 @@ class Settings:
             raise ValueError("upstream_ubatch must be 0 (unknown) or llama-server's -ub")
         if self.question_fanout < 0:
             raise ValueError("question_fanout must be 0 (one per llama-server slot) or more")
-        if not self.decision_records.strip():
-            raise ValueError("decision_records must be off, stdout, answer or a file path")
+        mode = self.decision_records
+        if mode not in ("off", "stdout", "answer") and "/" not in mode:
+            # "Off", "none", "false", "stdout " ... would otherwise name a file quietly
+            raise ValueError(
+                "decision_records must be off, stdout, answer or a file path with a '/' "
+                f"(e.g. ./records.jsonl), not {mode!r}"
+            )
         if self.decision_records_buffer < 1:
             raise ValueError("decision_records_buffer must be at least 1")
 
@@ -167,7 +172,7 @@ _OPTIONS: dict[str, tuple[str, str]] = {
         "PROXY_DECISION_RECORDS",
         "a JSON line per decision (docs/records.md): off; stdout (a cluster's log "
         "pipeline ships it); answer (in the answer: semif.record, x_record; for SageMaker "
-        "Data Capture); or a file path (appended to)",
+        "Data Capture); or a file path with a '/' (./records.jsonl; appended to)",
     ),
     "decision_records_inputs": (
         "PROXY_DECISION_RECORDS_INPUTS",

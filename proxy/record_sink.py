@@ -28,6 +28,9 @@ __all__ = ["STDOUT", "RecordWriter", "Relay", "sink_writer"]
 
 STDOUT = "stdout"
 _BATCH = 256  # records written at once by the writer thread, at most
+# the bytes queued, at most, whatever the count: a record holding its inputs can be as
+# large as a request body (--max-body-bytes)
+MAX_QUEUED_BYTES = 64 * 1024 * 1024
 _DROP_LOG_S = 60.0  # a drop is logged at most this often
 log = logging.getLogger("proxy.records")
 
@@ -64,7 +67,9 @@ class RecordWriter:
     """A bounded queue of records and one thread that writes them, as JSON lines, through
     ``write`` (blocking; whole batches of lines per call). ``put`` never blocks: a full
     queue drops the record (counted, logged). A failed write drops its batch the same
-    way. ``close`` gives what is queued ``timeout_s`` to be written."""
+    way. ``close`` gives what is queued ``timeout_s`` to be written. The queue holds at
+    most ``capacity`` records and ``max_bytes`` bytes of them, as JSON lines (each record
+    is serialised as it is queued: one that cannot be is dropped alone)."""
 
     def __init__(
         self,
@@ -73,24 +78,51 @@ class RecordWriter:
         metrics: Metrics | None = None,
         *,
         on_close: Callable[[], None] | None = None,
+        max_bytes: int = MAX_QUEUED_BYTES,
     ) -> None:
         self._write = write
         self._metrics = metrics
         self._on_close = on_close
-        self._queue: queue.Queue[Mapping[str, Any] | None] = queue.Queue(capacity)
+        self._queue: queue.Queue[bytes | None] = queue.Queue(capacity)
+        self._max_bytes = max_bytes
+        self._bytes = 0  # queued, not yet taken by the writer thread
+        self._bytes_lock = threading.Lock()
         self._dropped = _DropLog(metrics)
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="semif-records", daemon=True)
         self._thread.start()
 
     def put(self, record: Mapping[str, Any]) -> bool:
-        """Queue ``record``; False (and counted as dropped) when the queue is full."""
+        """Queue ``record``; False (and counted as dropped) when the queue is full, holds
+        its bytes, or the writer is closed, or the record is not JSON."""
+        if self._closed:
+            self._dropped(1, "the proxy is shutting down")
+            return False
         try:
-            self._queue.put_nowait(record)
+            line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        except Exception as exc:  # noqa: BLE001 - counted and logged, never raised
+            self._dropped(1, f"the record is not JSON: {exc}")
+            return False
+        with self._bytes_lock:
+            if self._bytes + len(line) > self._max_bytes:
+                full = True
+            else:
+                full = False
+                self._bytes += len(line)
+        if full:
+            self._dropped(1, "the record queue holds its byte limit: the sink does not keep up")
+            return False
+        try:
+            self._queue.put_nowait(line)
         except queue.Full:
+            self._taken(len(line))
             self._dropped(1, "the record queue is full: the sink does not keep up")
             return False
         return True
+
+    def _taken(self, size: int) -> None:
+        with self._bytes_lock:
+            self._bytes -= size
 
     @property
     def queued(self) -> int:
@@ -112,8 +144,9 @@ class RecordWriter:
                     stop = True
                     break
                 batch.append(item)
+            data = b"".join(batch)
+            self._taken(len(data))
             try:
-                data = b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in batch)
                 self._write(data)
             except Exception as exc:  # noqa: BLE001 - counted and logged, never raised
                 self._dropped(len(batch), f"writing failed: {exc}")

@@ -604,11 +604,44 @@ def test_the_inputs_setting_is_a_boolean(argv, env, expected):
         ([], {"PROXY_DECISION_RECORDS_INPUTS": "maybe"}),
         (["--decision-records-buffer", "0"], {}),
         (["--decision-records", " "], {}),
+        # words that mean "off" or "on" elsewhere must not quietly name a file here
+        (["--decision-records", "Off"], {}),
+        ([], {"PROXY_DECISION_RECORDS": "none"}),
+        ([], {"PROXY_DECISION_RECORDS": "false"}),
+        (["--decision-records", "STDOUT"], {}),
+        (["--decision-records", "stdout "], {}),
+        (["--decision-records", "records.jsonl"], {}),
     ],
 )
 def test_impossible_record_settings_are_refused(argv, env):
     with pytest.raises(ValueError):
         load_settings(argv, env)
+
+
+def test_a_file_is_named_by_a_path():
+    assert load_settings(["--decision-records", "./r.jsonl"], {}).decision_records == "./r.jsonl"
+
+
+def test_the_queue_is_bounded_in_bytes_too():
+    metrics = Metrics()
+    release = threading.Event()
+    written: list[bytes] = []
+
+    def stalled(data: bytes) -> None:
+        release.wait(10)
+        written.append(data)
+
+    big = {"input": "x" * 1000}  # 1,013 bytes as a JSON line
+    writer = RecordWriter(stalled, 1000, metrics, max_bytes=3 * 1013)
+    results = [writer.put(big) for _ in range(6)]
+    # the writer thread took the first (stalled in its write); three more fit the bytes
+    assert results.count(True) in (3, 4), results
+    assert _sample(metrics, "semif_decision_records_dropped_total") == results.count(False)
+    assert writer.put({"bad": {1, 2}}) is False  # not JSON: dropped alone
+    release.set()
+    writer.close()
+    assert b"".join(written).count(b"\n") == results.count(True)
+    assert writer.put(big) is False  # after close: counted, not lost silently
 
 
 def test_the_record_settings_come_from_flags_and_environment():
