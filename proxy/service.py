@@ -207,7 +207,10 @@ class DecisionService:
             read = apply_profile(None, outcome, plan) if plan.prior is not None else outcome
             answered.raw[qid] = read.decision.probabilities
             answered[qid] = apply_profile(
-                profile, read, replace(plan, prior=None), asked.label_mass_floor
+                profile,
+                read,
+                plan if plan.prior is None else replace(plan, prior=None),
+                asked.label_mass_floor,
             )
         return answered
 
