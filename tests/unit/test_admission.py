@@ -366,7 +366,7 @@ async def test_a_long_generation_on_an_idle_server_is_not_refused_for_its_own_le
     admission = Admission(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
     # 2048 tokens at most, its first in 0.3 s
     async with admission.relayed(Work(30, 143.0, first_s=0.3, overlapping_s=142.7), 55):
-        assert admission.ahead() == [(pytest.approx(0.3), pytest.approx(142.7, rel=1e-3))]
+        assert admission.ahead() == [(pytest.approx(0.3, rel=1e-3), pytest.approx(142.7, rel=1e-3))]
 
 
 async def test_a_timeout_of_the_works_own_is_not_the_deadline():
