@@ -8,9 +8,8 @@ they take on an idle server, from ``proxy/cost.py``) is refused at once when it
 cannot finish within its deadline: with a client error (``InvalidRequest``,
 ``exceeds_deadline``) naming the estimate when it could not even on an idle
 server, with 429 and a Retry-After when the work admitted ahead of it is what
-stands in the way (``finish_s``: llama-server evaluates its slots' prompts in
-the same batches, so all the work admitted must be done within the deadline of
-this request and of every decision admitted before it). A
+stands in the way (``finish_s``: the requests ahead take llama-server's slots
+in turn, and llama-server shares the CPU among the slots it evaluates). A
 request that says nothing (its model not yet measured) is judged as before: the
 queue ahead of it and the measured time per decision (``estimated_finish_s``).
 Each admitted decision runs under the deadline; when it passes, the work is
@@ -57,32 +56,36 @@ class Work:
     # generation, whose ``seconds`` count every token it may generate): what its own
     # refusal is judged by
     first_s: float | None = None
-    # of ``seconds``, those that run beside other requests' work rather than after it: a
-    # generation's tokens, one per llama-server step, in the batch with every other slot's
-    overlapping_s: float = 0.0
 
     def describe(self) -> str:
         return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
 
 
-def finish_s(
-    work_s: float, ahead: list[tuple[float, float]], slots: int, overlap_s: float = 0.0
-) -> float:
-    """Seconds within which a request of ``work_s`` admitted now is answered, at most, when
-    the requests ``ahead`` still have that many seconds of work each, as (work that adds
-    up, work that overlaps). llama-server evaluates every slot's prompt in the same
-    batches, so a request admitted beside others finishes about when they all do, not
-    after its share (a short prompt batched with long ones waits for the batch): what adds
-    up is done within its sum. Generated tokens (``overlap_s``: a generation's part of its
-    own work) ride in those batches, one per slot and step, beside everything else; a
-    generation is done once the longest generation is, or all of them spread over the
-    ``slots`` when there are more than slots. A request that generates nothing does not
-    wait for the tokens others generate."""
-    added = work_s - overlap_s + sum(a for a, _ in ahead)
-    if overlap_s <= 0:
-        return added
-    overlapping = [o for _, o in ahead if o > 0] + [overlap_s]
-    return added + max(max(overlapping), sum(overlapping) / max(1, slots))
+def finish_s(work_s: float, ahead: list[float], slots: int) -> float:
+    """Seconds until a request of ``work_s`` admitted now is answered, when the requests
+    ``ahead`` (in the order they were admitted) still have that many seconds of work
+    each: they take the ``slots`` llama-server slots first come, first served, and the
+    CPU is shared evenly among those in a slot (processor sharing). Each admitted
+    request in a slot delays this one by as much of its work as runs beside it; one
+    still waiting for a slot delays it by all of its own, once the slots are all
+    taken."""
+    jobs = [*ahead, work_s]
+    running, waiting = jobs[:slots], jobs[slots:]
+    mine = len(jobs) - 1  # this request's index: the last
+    ids = list(range(len(running)))
+    next_id = len(running)
+    clock = 0.0
+    while True:
+        least = min(running)
+        clock += least * len(running)
+        left = [(i, r - least) for i, r in zip(ids, running)]
+        if any(i == mine and r <= 1e-12 for i, r in left):
+            return clock
+        kept = [(i, r) for i, r in left if r > 1e-12]
+        while len(kept) < slots and waiting:
+            kept.append((next_id, waiting.pop(0)))
+            next_id += 1
+        ids, running = [i for i, _ in kept], [r for _, r in kept]
 
 
 # Seconds the current admitted decision spent waiting for a llama-server slot (proxy/kv.py):
@@ -170,33 +173,23 @@ class Admission:
         self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
         # requests that said what they take, admitted decisions and relayed requests
-        # apart: ticket -> (Work, admitted at, the finish estimated then)
-        self._work: dict[object, tuple[Work, float, float]] = {}
-        self._relayed: dict[object, tuple[Work, float, float]] = {}
+        # apart: ticket -> (work seconds, admitted at, the finish estimated then)
+        self._work: dict[object, tuple[float, float, float]] = {}
+        self._relayed: dict[object, tuple[float, float, float]] = {}
 
-    def ahead(self, now: float | None = None) -> list[tuple[float, float]]:
-        """The seconds of work each admitted request has left, as far as known, as (work
-        that adds up, work that overlaps; ``finish_s``): its work less the share of its
-        estimated finish that has passed (a request admitted without an estimate counts
-        as one measured decision)."""
+    def ahead(self, now: float | None = None) -> list[float]:
+        """The seconds of work each admitted request has left, as far as known: its work
+        less the share of its estimated finish that has passed (a request admitted
+        without an estimate counts as one measured decision)."""
         now = time.monotonic() if now is None else now
-        left = []
-        for work, since, finish in (*self._work.values(), *self._relayed.values()):
-            share = max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
-            left.append(((work.seconds - work.overlapping_s) * share, work.overlapping_s * share))
+        left = [
+            w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
+            for w, since, finish in (*self._work.values(), *self._relayed.values())
+        ]
         unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
-            left += [(self.decision_s, 0.0)] * unknown
+            left += [self.decision_s] * unknown
         return left
-
-    def _time_left_s(self, now: float) -> float:
-        """The least time any admitted decision with an estimate has left before its
-        deadline (infinite when none): work admitted now runs beside them, and must not
-        push one of them past it."""
-        return min(
-            (self._deadline_s - (now - since) for _w, since, _f in self._work.values()),
-            default=math.inf,
-        )
 
     @property
     def queued(self) -> int:
@@ -205,6 +198,21 @@ class Admission:
     @property
     def active(self) -> int:
         return self._active
+
+    def crowded(self) -> None:
+        """Refuse at once (429), before a request is even planned, when the work admitted
+        already keeps any request arriving now past its deadline. Planning a decision asks
+        llama-server to render and tokenise its prompt: a burst must not pile that onto a
+        server it already fills (256 requests at once waited 55 s for their refusals)."""
+        if not self._work and not self._relayed:
+            return
+        finish = finish_s(0.0, self.ahead(), self.parallel)
+        if finish > self._deadline_s:
+            raise Overloaded(
+                f"the work admitted ahead of this request would keep it from finishing in "
+                f"about {finish:.0f} s, past its {self._deadline_s:g} s deadline; retry later",
+                retry_after_s=max(1, math.ceil(finish - self._deadline_s)),
+            )
 
     def admit(self, work: Work | None = None) -> contextlib.AbstractAsyncContextManager[None]:
         """Run the block once a place is free, within the deadline (counted from this call,
@@ -224,8 +232,7 @@ class Admission:
                     "or start the proxy with a longer --decision-deadline-s",
                     code="exceeds_deadline",
                 )
-            now = time.monotonic()
-            finish = finish_s(work.seconds, self.ahead(now), self.parallel)
+            finish = finish_s(work.seconds, self.ahead(), self.parallel)
             if finish > self._deadline_s:
                 raise Overloaded(
                     f"this request needs {work.describe()}; with the work admitted ahead of "
@@ -233,18 +240,10 @@ class Admission:
                     f"{self._deadline_s:g} s deadline; retry later",
                     retry_after_s=max(1, math.ceil(finish - work.seconds)),
                 )
-            left = self._time_left_s(now)
-            if finish > left:
-                raise Overloaded(
-                    f"this request needs {work.describe()}; run beside the work admitted "
-                    f"ahead of it, that work would finish in about {finish:.0f} s, past the "
-                    f"deadline of a decision admitted earlier ({left:.0f} s left); retry later",
-                    retry_after_s=max(1, math.ceil(finish - work.seconds)),
-                )
             holder = _estimate.get()
             if holder is not None:
                 holder[:] = [work, finish]
-            return self._admitted((work, finish))
+            return self._admitted((work.seconds, finish))
         if self.decision_s is not None:
             finish = estimated_finish_s(self._queued, self._active, self.parallel, self.decision_s)
             budget = self._deadline_s * _HEADROOM
@@ -257,7 +256,7 @@ class Admission:
         return self._admitted(None)
 
     @contextlib.asynccontextmanager
-    async def _admitted(self, work: tuple[Work, float] | None) -> AsyncIterator[None]:
+    async def _admitted(self, work: tuple[float, float] | None) -> AsyncIterator[None]:
         """A place, and the deadline around waiting for it and the block. A cancel (the
         deadline's or the client's) while queued takes no place or passes on the one it
         was handed (the semaphore's part); one while holding gives it back once."""
@@ -306,14 +305,8 @@ class Admission:
         if work is None:
             yield
             return
-        now = time.monotonic()
-        ahead = self.ahead(now)
-        if work.first_s is None:  # all of it, its generated tokens beside the rest
-            first = work.seconds
-            start = finish_s(work.seconds, ahead, self.parallel, work.overlapping_s)
-        else:
-            first = work.first_s
-            start = finish_s(first, ahead, self.parallel)
+        first = work.seconds if work.first_s is None else work.first_s
+        start = finish_s(first, self.ahead(), self.parallel)
         if start > timeout_s:
             what = (
                 "would finish in about"
@@ -325,20 +318,8 @@ class Admission:
                 f"it, past the {timeout_s:g} s the proxy waits for llama-server; retry later",
                 retry_after_s=max(1, math.ceil(start - first)),
             )
-        # it runs beside the decisions admitted: its prompt must not push one of them past
-        # its deadline (its generated tokens ride in their batches)
-        pushed = finish_s(work.seconds - work.overlapping_s, ahead, self.parallel)
-        left = self._time_left_s(now)
-        if pushed > left:
-            raise Overloaded(
-                f"this generation, run beside the work admitted ahead of it, would make that "
-                f"work finish in about {pushed:.0f} s, past the deadline of a decision "
-                f"admitted earlier ({left:.0f} s left); retry later",
-                retry_after_s=max(1, math.ceil(pushed - left)),
-            )
-        whole = finish_s(work.seconds, ahead, self.parallel, work.overlapping_s)
         ticket = object()
-        self._relayed[ticket] = (work, now, whole)
+        self._relayed[ticket] = (work.seconds, time.monotonic(), work.seconds)
         try:
             yield
         finally:

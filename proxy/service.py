@@ -289,6 +289,7 @@ class DecisionService:
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
         rotations = max((len(d) for d in debias.values()), default=1) or 1
+        self._admission.crowded()  # before planning asks llama-server anything
         book = await self._reader.book()
         work, first_prompt = await self._work(
             [(messages, q) for q in questions.values()],

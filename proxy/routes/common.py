@@ -139,12 +139,7 @@ def relayed_cost(
     if read is None or token is None:
         return None
     whole = body.get("stream") is not True and generation_tokens(path, body, 0) is not None
-    return Work(
-        prompt,
-        read + out * token,
-        first_s=None if whole else read + token,
-        overlapping_s=out * token,
-    )
+    return Work(prompt, read + out * token, first_s=None if whole else read + token)
 
 
 async def relay(

@@ -1,6 +1,7 @@
 """Backpressure and deadlines, with real asyncio timing (short, bounded)."""
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -276,17 +277,15 @@ def test_behind_a_router_every_models_slots_count_once():
     assert small.parallel == 5  # never more than are admitted at once
 
 
-def test_finish_within_the_sum_of_the_work_in_llama_servers_batches():
-    # 2 s of work beside 1 s and 5 s left: batched together, done within 8 s
-    assert finish_s(2.0, [(1.0, 0.0), (5.0, 0.0)], 4) == 8.0
+def test_finish_under_processor_sharing_in_llama_servers_slots():
+    # 2 s of work beside 1 s and 5 s left, four slots: the first delays it by 1, the
+    # second by 2
+    assert finish_s(2.0, [1.0, 5.0], 4) == 5.0
     assert finish_s(3.0, [], 4) == 3.0
-    # a decision does not wait for the tokens a generation ahead of it generates
-    assert finish_s(1.0, [(0.5, 30.0)], 4) == 1.5
-    # a generation (2 s of prompt, 8 s of tokens) beside one with 4 s of tokens left:
-    # the prompts add up (2 + 2 + 1), the tokens ride together: the longer, 8 s
-    assert finish_s(10.0, [(2.0, 0.0), (1.0, 4.0)], 4, overlap_s=8.0) == 13.0
-    # nine generations on four slots: their 33 s of tokens spread over the slots
-    assert finish_s(1.0, [(0.0, 4.0)] * 8, 4, overlap_s=1.0) == 8.25
+    # two slots taken by 3 s each: 6 s until both are done, then 1 s alone
+    assert finish_s(1.0, [3.0, 3.0], 2) == 7.0
+    # one slot: every request ahead runs whole first
+    assert finish_s(1.0, [2.0, 0.5], 1) == 3.5
 
 
 async def test_work_that_cannot_finish_even_on_an_idle_server_is_a_client_error():
@@ -337,36 +336,29 @@ def test_the_estimate_is_reported_in_server_timing_syntax():
 
 async def test_a_relayed_generation_counts_ahead_of_decisions():
     admission = Admission(max_active=4, max_queued=0, deadline_s=50, retry_after_s=1)
-    # a prompt of 5 s, then 40 s of generated tokens
-    async with admission.relayed(Work(100, 45.0, overlapping_s=40.0), 120):
-        assert admission.ahead() == [(pytest.approx(5.0, rel=1e-3), pytest.approx(40.0, rel=1e-3))]
-        async with admission.admit(Work(50, 10.0)):  # 10 + 5: the tokens ride along
-            with pytest.raises(Overloaded) as caught:  # 46 + 5 + 10: past 50 s
-                admission.admit(Work(50, 46.0))
-            assert "finish in about 61 s" in caught.value.message
-            # a prompt of 40 s would push the decision admitted above past its deadline
-            with pytest.raises(Overloaded) as caught:
-                async with admission.relayed(Work(100, 60.0, first_s=1.0, overlapping_s=20.0), 120):
+    async with admission.relayed(Work(100, 45.0), 120):
+        assert admission.ahead() == [pytest.approx(45.0, rel=1e-3)]
+        async with admission.relayed(Work(100, 45.0), 120):  # 90 s: within 120
+            async with admission.admit(Work(50, 10.0)):  # 10 + 2 x 10: 30 s
+                pass
+            with pytest.raises(Overloaded):  # 20 + 2 x 20: 60 s
+                admission.admit(Work(50, 20.0))
+            with pytest.raises(Overloaded) as caught:  # 45 + 45 + 45: past 120 s
+                async with admission.relayed(Work(100, 45.0), 120):
                     pass
-            assert "past the deadline of a decision admitted earlier" in caught.value.message
-            # all of it asked for: 30 + 15 of prompts, then the longest tokens (100 s)
-            with pytest.raises(Overloaded) as caught:
-                async with admission.relayed(Work(100, 130.0, overlapping_s=100.0), 120):
-                    pass
-            assert "would finish in about 145 s behind" in caught.value.message
-            # a stream: its first token in 1 + 15 s, though all of it may take 200 s
-            async with admission.relayed(Work(100, 200.0, first_s=1.0, overlapping_s=199.0), 120):
+            assert "would finish in about 135 s behind" in caught.value.message
+            # its first token in 1 s beside them: 3 s, though all of it may take 200 s
+            async with admission.relayed(Work(100, 200.0, first_s=1.0), 120):
                 pass
     assert admission.ahead() == []
-    async with admission.admit(Work(50, 46.0)):
+    async with admission.admit(Work(50, 20.0)):
         pass
 
 
 async def test_a_long_generation_on_an_idle_server_is_not_refused_for_its_own_length():
     admission = Admission(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
-    # 2048 tokens at most, its first in 0.3 s
-    async with admission.relayed(Work(30, 143.0, first_s=0.3, overlapping_s=142.7), 55):
-        assert admission.ahead() == [(pytest.approx(0.3, rel=1e-3), pytest.approx(142.7, rel=1e-3))]
+    async with admission.relayed(Work(30, 143.0, first_s=0.3), 55):  # 2048 tokens at most
+        assert admission.ahead() == [pytest.approx(143.0, rel=1e-3)]
 
 
 async def test_a_timeout_of_the_works_own_is_not_the_deadline():
@@ -425,11 +417,23 @@ def test_a_relayed_generation_is_judged_by_what_its_client_waits_for(body, first
     raw = b"x" * 400  # about 100 prompt tokens
     work = relayed_cost("/v1/chat/completions", body, raw, 2048, _cost(0.5, 0.02))
     out = 64 if "max_tokens" in body else 2048
-    assert work == Work(
-        100,
-        pytest.approx(0.5 + out * 0.02, rel=1e-9),
-        first_s,
-        overlapping_s=pytest.approx(out * 0.02, rel=1e-9),
-    )
+    assert work == Work(100, pytest.approx(0.5 + out * 0.02, rel=1e-9), first_s)
     assert relayed_cost("/v1/chat/completions", body, raw, 2048, CostModel()) is None
     assert relayed_cost("/v1/models", body, raw, 2048, _cost(0.5, 0.02)) is None
+
+
+async def test_a_crowded_server_refuses_before_anything_is_planned():
+    admission = Admission(max_active=4, max_queued=8, deadline_s=50, retry_after_s=1)
+    admission.crowded()  # nothing admitted: nothing to refuse
+    async with contextlib.AsyncExitStack() as stack:
+        # generations of up to 143 s each, admitted on their first token (0.3 s)
+        for _ in range(3):
+            await stack.enter_async_context(admission.relayed(Work(30, 143.0, first_s=0.3), 55))
+        admission.crowded()  # a slot is free: a request arriving now starts at once
+        await stack.enter_async_context(admission.relayed(Work(30, 143.0, first_s=0.3), 55))
+        # every slot generating: one more waits for the first of them, 4 x 143 s
+        with pytest.raises(Overloaded) as caught:
+            admission.crowded()
+        assert caught.value.status == 429
+        assert "about 572 s, past its 50 s deadline" in caught.value.message
+    admission.crowded()
