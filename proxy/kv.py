@@ -80,6 +80,13 @@ WAIT_FOR_PREFIX = 128
 READ_TOKENS = 16  # a one-token read costs about as much as evaluating this many tokens
 
 
+def _worth_waiting(more: int, own: int, sharers: int) -> bool:
+    """Whether a read that leaves ``more`` tokens of a prompt than any free slot holds is
+    worth waiting for, by ``sharers`` reads (the first among them) each evaluating about
+    ``own`` tokens there: at least ``WAIT_FOR_PREFIX`` tokens, and more than they evaluate."""
+    return more >= max(WAIT_FOR_PREFIX, own * sharers)
+
+
 class Held(NamedTuple):
     """What a slot holds canonically: the tokens, and the length of the shared segment
     they were evaluated with (the rows of two segments of different lengths went
@@ -294,7 +301,7 @@ class SlotBook:
             more = shared - free
             queued = len(self._waiting_for.get(slot, ()))
             own = len(prompt) - shared + READ_TOKENS
-            if more >= max(WAIT_FOR_PREFIX, own * (queued + 1)) and more > gain:
+            if _worth_waiting(more, own, queued + 1) and more > gain:
                 best, gain = slot, more
         return best
 
@@ -331,7 +338,7 @@ class SlotBook:
         # the first reader and those that will wait for it (every decision is coming until
         # it has finished; a read that is not, a self-check's, counts as the first)
         sharers = max(1, sum(1 for s in coming if s >= shared))
-        if more >= max(WAIT_FOR_PREFIX, own * sharers):
+        if _worth_waiting(more, own, sharers):
             return Held(prompt[:shared], 0)
         return best
 
