@@ -60,6 +60,9 @@ _TOKENS = (
 )
 
 
+_STREAM = "null is false, as in OpenAI's API and llama-server"
+
+
 class Message(Open):
     """An OpenAI chat message; roles stay free (a chat template may know others)."""
 
@@ -75,13 +78,13 @@ class ChatPassThroughRequest(Open):
     semif: None = None
     messages: Annotated[list[Message], Field(min_length=1)]
     max_tokens: Count | None = Field(None, description=_TOKENS)
-    stream: bool = False
+    stream: bool | None = Field(False, description=_STREAM)
 
 
 class CompletionsRequest(Open):
     prompt: str | list[JsonValue]
     max_tokens: Count | None = Field(None, description=_TOKENS)
-    stream: bool = False
+    stream: bool | None = Field(False, description=_STREAM)
 
 
 class EmbeddingsRequest(Open):

@@ -317,6 +317,10 @@ EXPLICIT = {
         "/v1/chat/completions",
         {"messages": MESSAGES, "max_tokens": 4, "stream": True},
     ),
+    "relay-stream-null": (  # null is false, as OpenAI and llama-server read it (CI found it)
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 4, "stream": None},
+    ),
     "noul": ("/v1/chat/completions", {"messages": MESSAGES, "semif": {"type": "noul"}}),
     "score": (
         "/v1/chat/completions",
