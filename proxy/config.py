@@ -38,7 +38,7 @@ class Settings:
     rerank_max_document_chars: int = 20_000
     calibration_dir: str = "config/calibration"
     calibration_profile: str = ""  # applied when a request names none; "" for no default
-    max_connections: int = 256
+    max_connections: int = 0  # 0: llama-server's slots + 2 (proxy/upstream.py Lanes)
     shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
     workers: int = 1  # processes sharing the port (proxy/workers.py)
     model_aliases: str = ""  # more names for the served model, comma-separated (proxy/names.py)
@@ -67,6 +67,8 @@ class Settings:
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
+        if self.max_connections and self.max_connections < 3:
+            raise ValueError("max_connections must be 0 (llama-server's slots + 2) or at least 3")
         if self.relay_max_tokens < 0:
             raise ValueError("relay_max_tokens must be 0 (no cap) or more")
         if self.max_body_bytes < 1024:
@@ -148,7 +150,11 @@ _OPTIONS: dict[str, tuple[str, str]] = {
         "PROXY_CALIBRATION_PROFILE",
         "profile applied when a request names none ('' for none)",
     ),
-    "max_connections": ("PROXY_MAX_CONNECTIONS", "connections kept to llama-server"),
+    "max_connections": (
+        "PROXY_MAX_CONNECTIONS",
+        "calls in flight to llama-server at once, 2 of them for rendering and tokenising "
+        "(0: its slots + 2, within its HTTP threads)",
+    ),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
     "model_aliases": (
         "PROXY_MODEL_ALIASES",

@@ -82,6 +82,9 @@ class Reader:
             if self._book is None:  # the first to get here after the await makes it
                 self._book = SlotBook(worker_slots(total, *self._worker))
                 self._admission.limit_parallel(self._book.size, self)
+                lanes = getattr(self._upstream, "lanes", None)
+                if lanes is not None:  # a stand-in upstream in unit tests has none
+                    lanes.follow_slots(self._book.size, self)
                 self._on_fresh()
         epoch = getattr(self._upstream, "epoch", 0)
         if epoch != self._epoch:  # llama-server came back: its slots and kernels are new

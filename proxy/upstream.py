@@ -2,7 +2,8 @@
 
 Every call, decision reads and pass-through traffic (streams included), goes
 through one aiohttp client session: pooled keep-alive connections, no cookie
-jar. Everything returned is one of our own types; every failure leaves as an
+jar, and never more calls in flight than llama-server has threads for (``Lanes``).
+Everything returned is one of our own types; every failure leaves as an
 ``UpstreamError`` (see ``errors.py``), chaining the cause (aiohttp, OSError or
 JSON):
 
@@ -70,6 +71,65 @@ _ABSENT = object()
 # what a llama-server router answers for one model, named by ``?model=`` (its own
 # /v1/models and /health are the router's)
 _ROUTED_GETS = frozenset({"/props", "/slots"})
+# calls that llama-server answers without a slot, at once: the quick lane's
+_QUICK_PATHS = frozenset(
+    {
+        "/apply-template",
+        "/tokenize",
+        "/detokenize",
+        "/props",
+        "/slots",
+        "/health",
+        "/metrics",
+        "/models",
+        "/v1/models",
+    }
+)
+_QUICK_CALLS = 2  # renderings, tokenisations and status calls in flight at once
+_DEFAULT_SLOTS = 4  # llama-server's -np until its /props says (its own default)
+
+
+class Lanes:
+    """How many calls the proxy has in flight to llama-server at once: a quick lane of
+    ``_QUICK_CALLS`` for what llama-server answers without a slot (rendering,
+    tokenising, status) and a slot lane, one per llama-server slot this process reads
+    through, for reads and relayed requests, which hold a connection while they wait
+    for a slot and run; each a first come, first served ``asyncio.Semaphore``.
+
+    llama-server (cpp-httplib) serves each open connection with one thread: a fixed
+    pool of ``--threads-http`` (b11434: ``max(-np + 4, cores - 1)``) and extra threads
+    started on demand, but the extra ones are started only when no thread is idle at
+    the moment a connection arrives, so a burst of new connections beyond the fixed
+    pool leaves some waiting until a busy thread is free: up to 5 s behind an idle
+    keep-alive connection, a whole generation behind a busy one (a burst of 256
+    requests saw planning calls wait 5, 10, ... 55 s; bench/investigations/
+    connection_flood.py). Calls in flight bound the connections open (aiohttp reuses an
+    idle one before opening another), so the proxy stays within the fixed pool:
+    ``-np + 2``, plus one for the health check.
+
+    ``max_connections`` (``--max-connections``), when set, fixes the slot lane at that
+    many less the quick lane's; otherwise it follows the slots (``follow_slots``)."""
+
+    def __init__(self, max_connections: int = 0):
+        self.quick = asyncio.Semaphore(_QUICK_CALLS)
+        self._fixed = max(1, max_connections - _QUICK_CALLS) if max_connections else None
+        self._slots: dict[object, int] = {}
+        self.slot = asyncio.Semaphore(self._fixed or _DEFAULT_SLOTS)
+        self.slot_size = self._fixed or _DEFAULT_SLOTS
+
+    def follow_slots(self, slots: int, owner: object = None) -> None:
+        """``owner`` reads through ``slots`` llama-server slots (behind a router each model
+        has its own): the slot lane is their sum. A new size takes a new semaphore; the
+        calls holding the old one finish on it (the lane is resized when llama-server's
+        slots are first learnt or change, not per call)."""
+        self._slots[owner] = slots
+        size = self._fixed or max(1, sum(self._slots.values()))
+        if size != self.slot_size:
+            self.slot_size = size
+            self.slot = asyncio.Semaphore(size)
+
+    def for_path(self, path: str) -> asyncio.Semaphore:
+        return self.quick if path.split("?", 1)[0] in _QUICK_PATHS else self.slot
 
 
 @dataclass(frozen=True)
@@ -184,6 +244,8 @@ class Upstream:
         self._retry_after = settings.retry_after_s
         self._down_since: float | None = None  # when llama-server stopped answering
         self._comebacks = [0]  # shared by for_model's copies: times llama-server came back
+        self.lanes = Lanes(settings.max_connections)  # shared by for_model's copies too
+        self._lane_wait_s = settings.request_timeout_s
         # Streams may run longer than one call; they are bounded between chunks instead.
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None,
@@ -202,9 +264,8 @@ class Upstream:
         self._json_headers = {"Content-Type": "application/json", **self._auth}
         self.model: str | None = None  # a llama-server router's model these calls are for
         self._session = session or aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=settings.max_connections, keepalive_timeout=_KEEPALIVE_S
-            ),
+            # the lanes bound the connections (limit=0: none of aiohttp's own)
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=_KEEPALIVE_S),
             cookie_jar=aiohttp.DummyCookieJar(),  # llama-server sets none; nothing to keep
             json_serialize=lambda o: orjson.dumps(o).decode(),
             skip_auto_headers=("User-Agent",),
@@ -453,14 +514,17 @@ class Upstream:
         out_headers = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
         out_headers.update(self._auth)
         try:
-            async with self._session.request(
-                method,
-                self._base + path,
-                data=body,
-                headers=out_headers,
-                timeout=self._stream_timeout,
-                auto_decompress=False,
-            ) as resp:
+            async with (
+                self._lane(path),
+                self._session.request(
+                    method,
+                    self._base + path,
+                    data=body,
+                    headers=out_headers,
+                    timeout=self._stream_timeout,
+                    auto_decompress=False,
+                ) as resp,
+            ):
                 self._mark_up()
                 copy = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
                 if resp.status == 503 and "Retry-After" not in copy:
@@ -508,14 +572,29 @@ class Upstream:
         except orjson.JSONDecodeError as exc:
             raise UpstreamBadResponse(f"llama-server answered {path} with invalid JSON") from exc
 
+    @asynccontextmanager
+    async def _lane(self, path: str) -> AsyncIterator[None]:
+        """A place in ``path``'s lane for the block, waited for at most as long as the
+        proxy waits for llama-server's answer (then a TimeoutError: UpstreamTimeout)."""
+        lane = self.lanes.for_path(path)
+        async with asyncio.timeout(self._lane_wait_s):
+            await lane.acquire()
+        try:
+            yield
+        finally:
+            lane.release()
+
     async def _call(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
-        async with self._session.request(
-            method,
-            self._base + path,
-            data=data,
-            headers=self._json_headers,
-            timeout=self._json_timeout,
-        ) as resp:
+        async with (
+            self._lane(path),
+            self._session.request(
+                method,
+                self._base + path,
+                data=data,
+                headers=self._json_headers,
+                timeout=self._json_timeout,
+            ) as resp,
+        ):
             return resp.status, await resp.read()
 
     def _status_error(self, status: int, raw: bytes, path: str) -> UpstreamError:
