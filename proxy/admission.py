@@ -56,6 +56,10 @@ class Work:
     # generation, whose ``seconds`` count every token it may generate): what its own
     # refusal is judged by
     first_s: float | None = None
+    # seconds a relayed generation holds its llama-server slot while a decision's prompt
+    # is evaluated beside it: each token waits for one llama-server iteration, which then
+    # carries a chunk of that prompt too (what a decision admitted behind it waits for)
+    paced_s: float | None = None
 
     def describe(self) -> str:
         return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
@@ -175,21 +179,34 @@ class Admission:
         # requests that said what they take, admitted decisions and relayed requests
         # apart: ticket -> (work seconds, admitted at, the finish estimated then)
         self._work: dict[object, tuple[float, float, float]] = {}
-        self._relayed: dict[object, tuple[float, float, float]] = {}
+        self._relayed: dict[object, tuple[float, float, float, float | None]] = {}
 
-    def ahead(self, now: float | None = None) -> list[float]:
+    def ahead(self, now: float | None = None, *, paced: bool = False) -> list[float]:
         """The seconds of work each admitted request has left, as far as known: its work
         less the share of its estimated finish that has passed (a request admitted
-        without an estimate counts as one measured decision)."""
+        without an estimate counts as one measured decision). ``paced``: for a decision,
+        which evaluates a prompt, a relayed generation counts as long as it will hold its
+        slot beside that prompt (``Work.paced_s``)."""
         now = time.monotonic() if now is None else now
+        relayed = [
+            (w, since, f) if not paced or p is None else self._paced(w, since, p)
+            for w, since, f, p in self._relayed.values()
+        ]
         left = [
             w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
-            for w, since, finish in (*self._work.values(), *self._relayed.values())
+            for w, since, finish in (*self._work.values(), *relayed)
         ]
         unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
             left += [self.decision_s] * unknown
         return left
+
+    def _paced(self, work_s: float, since: float, paced_s: float) -> tuple[float, float, float]:
+        """A relayed generation as a decision sees it: it holds its slot ``paced_s`` of wall
+        time however the CPU is shared, which ``finish_s`` (processor sharing among the
+        slots) reads as ``paced_s / slots`` of work; never less than its own work."""
+        equivalent = max(work_s, paced_s / self.parallel)
+        return equivalent, since, paced_s
 
     @property
     def queued(self) -> int:
@@ -206,7 +223,7 @@ class Admission:
         server it already fills (256 requests at once waited 55 s for their refusals)."""
         if not self._work and not self._relayed:
             return
-        finish = finish_s(0.0, self.ahead(), self.parallel)
+        finish = finish_s(0.0, self.ahead(paced=True), self.parallel)
         if finish > self._deadline_s:
             raise Overloaded(
                 f"the work admitted ahead of this request would keep it from finishing in "
@@ -232,7 +249,7 @@ class Admission:
                     "or start the proxy with a longer --decision-deadline-s",
                     code="exceeds_deadline",
                 )
-            finish = finish_s(work.seconds, self.ahead(), self.parallel)
+            finish = finish_s(work.seconds, self.ahead(paced=True), self.parallel)
             if finish > self._deadline_s:
                 raise Overloaded(
                     f"this request needs {work.describe()}; with the work admitted ahead of "
@@ -319,7 +336,7 @@ class Admission:
                 retry_after_s=max(1, math.ceil(start - first)),
             )
         ticket = object()
-        self._relayed[ticket] = (work.seconds, time.monotonic(), work.seconds)
+        self._relayed[ticket] = (work.seconds, time.monotonic(), work.seconds, work.paced_s)
         try:
             yield
         finally:

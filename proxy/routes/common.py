@@ -10,7 +10,7 @@ from aiohttp import web
 
 from ..admission import Work
 from ..app_keys import ADMISSION, ARRIVED, KIND, METRICS, MODELS, RECORDER, SETTINGS
-from ..cost import CHUNK, ONE, CostModel
+from ..cost import CHUNK, ONE, CostModel, kind_of
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..protocol.relayed import generation_tokens
 from ..records import Context, Decided, request_id
@@ -115,11 +115,12 @@ _BYTES_PER_TOKEN = 4
 def relayed_work(app: web.Application, path: str, body: dict[str, Any], raw: bytes) -> Work | None:
     """What a relayed request will take on the default model (``relayed_cost``)."""
     cost = app[MODELS].default_service().cost
-    return relayed_cost(path, body, raw, app[SETTINGS].relay_max_tokens, cost)
+    settings = app[SETTINGS]
+    return relayed_cost(path, body, raw, settings.relay_max_tokens, cost, settings.upstream_ubatch)
 
 
 def relayed_cost(
-    path: str, body: dict[str, Any], raw: bytes, cap: int, cost: CostModel
+    path: str, body: dict[str, Any], raw: bytes, cap: int, cost: CostModel, ubatch: int = 0
 ) -> Work | None:
     """What a relayed generation will take, for admission to count: its prompt (about
     one token per four bytes of its body) evaluated, then each token it may generate
@@ -129,7 +130,13 @@ def relayed_cost(
     Admission judges it by when its first token can come (``Work.first_s``) when the
     client sees tokens as they come (a stream) or named no length (the cap is then a
     bound, not what it expects); a whole answer of a length the client named must come
-    within the proxy's wait for llama-server, so that is judged by all of it."""
+    within the proxy's wait for llama-server, so that is judged by all of it.
+
+    Beside a decision's prompt, each token waits for a llama-server iteration that also
+    evaluates a chunk of that prompt (``ubatch`` tokens, llama-server's -ub; 512 when
+    unknown): ``Work.paced_s``, how long a decision admitted behind it may wait for its
+    slot (a burst measured generations of 64 tokens taking 28 s beside long prompts, 2.5 s
+    beside each other)."""
     out = generation_tokens(path, body, cap)
     if out is None:
         return None
@@ -139,7 +146,14 @@ def relayed_cost(
     if read is None or token is None:
         return None
     whole = body.get("stream") is not True and generation_tokens(path, body, 0) is not None
-    return Work(prompt, read + out * token, first_s=None if whole else read + token)
+    chunk = ubatch or 512
+    beside = cost.step_s(kind_of(chunk, ubatch), chunk, prompt) or 0.0
+    return Work(
+        prompt,
+        read + out * token,
+        first_s=None if whole else read + token,
+        paced_s=read + out * max(token, beside),
+    )
 
 
 async def relay(

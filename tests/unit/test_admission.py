@@ -415,9 +415,15 @@ def _cost(chunk_s: float, one_s: float) -> CostModel:
 )
 def test_a_relayed_generation_is_judged_by_what_its_client_waits_for(body, first_s):
     raw = b"x" * 400  # about 100 prompt tokens
-    work = relayed_cost("/v1/chat/completions", body, raw, 2048, _cost(0.5, 0.02))
+    work = relayed_cost("/v1/chat/completions", body, raw, 2048, _cost(0.5, 0.02), ubatch=63)
     out = 64 if "max_tokens" in body else 2048
-    assert work == Work(100, pytest.approx(0.5 + out * 0.02, rel=1e-9), first_s)
+    # beside a decision's prompt each token waits for an iteration carrying 63 of its
+    # tokens: 63 x 0.005 s (the chunk's cost per token) = 0.315 s
+    paced = pytest.approx(0.5 + out * 0.315, rel=1e-9)
+    assert work == Work(100, pytest.approx(0.5 + out * 0.02, rel=1e-9), first_s, paced)
+    # -ub unknown: llama-server's default of 512 tokens an iteration, 2.56 s
+    unknown = relayed_cost("/v1/chat/completions", body, raw, 2048, _cost(0.5, 0.02))
+    assert unknown.paced_s == pytest.approx(0.5 + out * 2.56, rel=1e-9)
     assert relayed_cost("/v1/chat/completions", body, raw, 2048, CostModel()) is None
     assert relayed_cost("/v1/models", body, raw, 2048, _cost(0.5, 0.02)) is None
 
@@ -437,3 +443,24 @@ async def test_a_crowded_server_refuses_before_anything_is_planned():
         assert caught.value.status == 429
         assert "about 572 s, past its 50 s deadline" in caught.value.message
     admission.crowded()
+
+
+async def test_a_decision_counts_a_generation_ahead_as_long_as_it_holds_its_slot():
+    admission = Admission(max_active=4, max_queued=8, deadline_s=50, retry_after_s=1)
+    generation = Work(30, 2.0, first_s=None, paced_s=30.0)  # 2 s alone, 30 s beside a prompt
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(8):  # each judged by its 2 s: 8 x 2 s shared among 4 slots
+            await stack.enter_async_context(admission.relayed(generation, 55))
+        # a decision sees each hold its slot 30 s: 30 / 4 = 7.5 s of shared work each, so
+        # the first four free their slots at 30 s and the next four at 60 s
+        assert admission.ahead(paced=True) == pytest.approx([7.5] * 8, rel=1e-3)
+        assert finish_s(1.0, admission.ahead(paced=True), 4) == pytest.approx(61.0, rel=1e-3)
+        with pytest.raises(Overloaded) as caught:
+            admission.admit(Work(100, 1.0))
+        assert caught.value.status == 429
+        with pytest.raises(Overloaded):
+            admission.crowded()
+        # by their work alone it would have fitted: 16 s of generations, then its own
+        assert finish_s(1.0, admission.ahead(), 4) == pytest.approx(17.0, rel=1e-3)
+    async with admission.admit(Work(100, 1.0)):  # the generations gone: admitted
+        pass
