@@ -185,9 +185,12 @@ class Admission:
         """The seconds of work each admitted request has left, as far as known: its work
         less the share of its estimated finish that has passed (a request admitted
         without an estimate counts as one measured decision). ``paced``: for a decision,
-        which evaluates a prompt, a relayed generation counts as long as it will hold its
-        slot beside that prompt (``Work.paced_s``)."""
+        while other decisions are admitted, whose prompts llama-server evaluates beside
+        the generations, a relayed generation counts as long as it will then hold its slot
+        (``Work.paced_s``); a decision admitted beside generations alone finds them at
+        their own pace (its own prompt slows those beside it, not its wait for a slot)."""
         now = time.monotonic() if now is None else now
+        paced = paced and bool(self._work)  # paced by the prompts of decisions admitted
         relayed = [
             (w, since, f) if not paced or p is None else self._paced(w, since, p)
             for w, since, f, p in self._relayed.values()
