@@ -7,10 +7,10 @@ llama-server (cpp-httplib) serves each open connection with one thread: a fixed 
 of ``--threads-http`` threads (b11434: ``max(-np + 4, cores - 1)``) and more started
 on demand. Each round sends ``--calls`` ``/apply-template`` calls at once (each
 answered in about a millisecond), while llama-server is idle and while 8 generations
-run, through an aiohttp client whose connections are bounded by ``limit`` (0: none,
-so one new connection per call), and prints the slowest call and how many took over
-a second. The proxy bounds its calls in flight to llama-server's slots + 2
-(``proxy/upstream.py``, ``Lanes``), which is ``limit`` 6 here.
+run, unbounded (one new connection per call and per generation) or bounded as the
+proxy bounds them (``proxy/upstream.py``, ``Lanes``: the generations through 4
+connections, one per slot, the calls through 2), and prints the slowest call and how
+many took over a second.
 """
 
 from __future__ import annotations
@@ -66,17 +66,18 @@ def main() -> None:
     machine = describe()
     print(f"{machine['date']} {machine['cpu']} ({machine['cpu_level']}, {machine['cores']} cores)")
     with llama_server() as url:
-        for limit in (0, 6):
+        for bounded in (False, True):
             for busy in (False, True):
                 rows = [
-                    asyncio.run(flood(url, args.calls, limit, busy)) for _ in range(args.rounds)
+                    asyncio.run(flood(url, args.calls, bounded, busy)) for _ in range(args.rounds)
                 ]
                 slowest = max(r[-1] for r in rows)
                 late = sum(sum(t > 1.0 for t in r) for r in rows)
                 median = sorted(t for r in rows for t in r)[args.calls * args.rounds // 2]
                 state = "8 generations running" if busy else "idle"
+                how = "bounded" if bounded else "unbounded"
                 print(
-                    f"limit {limit or 'none':>4}, {state:21}: p50 {median * 1000:6.0f} ms, "
+                    f"{how:9}, {state:21}: p50 {median * 1000:6.0f} ms, "
                     f"slowest {slowest:5.2f} s, over 1 s: {late} "
                     f"of {args.calls * args.rounds} calls ({args.rounds} rounds)"
                 )
