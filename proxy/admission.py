@@ -39,6 +39,7 @@ __all__ = [
     "estimate_holder",
     "estimated_finish_s",
     "finish_s",
+    "turns_s",
     "server_timing",
     "slot_waited",
     "smoothed",
@@ -90,6 +91,19 @@ def finish_s(work_s: float, ahead: list[float], slots: int) -> float:
             kept.append((next_id, waiting.pop(0)))
             next_id += 1
         ids, running = [i for i, _ in kept], [r for _, r in kept]
+
+
+def turns_s(work_s: float, ahead: list[float], slots: int) -> float:
+    """Seconds until a decision of ``work_s`` admitted now is answered behind the decisions
+    ``ahead`` (in the order admitted, each with that much work left), when they take the
+    ``slots`` slots in turns and the ones in the slots at once finish together, when all
+    their work is done: llama-server evaluates the prompts its slots hold in the same
+    batches, so a 128-token read beside a 1,400-token one finished with it, 14 s later
+    (bench/admission.py's burst; its "four at once" estimates erred by -58% under
+    processor sharing, ``finish_s``, for the same reason)."""
+    jobs = [*ahead, work_s]
+    step = max(1, slots)
+    return sum(sum(jobs[first : first + step]) for first in range(0, len(jobs), step))
 
 
 # Seconds the current admitted decision spent waiting for a llama-server slot (proxy/kv.py):
@@ -189,20 +203,35 @@ class Admission:
         the generations, a relayed generation counts as long as it will then hold its slot
         (``Work.paced_s``); a decision admitted beside generations alone finds them at
         their own pace (its own prompt slows those beside it, not its wait for a slot)."""
+        decisions, relayed = self._ahead(now, paced)
+        return [*decisions, *relayed]
+
+    def _ahead(self, now: float | None, paced: bool) -> tuple[list[float], list[float]]:
+        """``ahead``'s seconds, the decisions' and the relayed requests' apart."""
         now = time.monotonic() if now is None else now
         paced = paced and bool(self._work)  # paced by the prompts of decisions admitted
-        relayed = [
-            (w, since, f) if not paced or p is None else self._paced(w, since, p)
-            for w, since, f, p in self._relayed.values()
-        ]
-        left = [
-            w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
-            for w, since, finish in (*self._work.values(), *relayed)
-        ]
+
+        def left(w: float, since: float, finish: float) -> float:
+            return w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
+
+        decisions = [left(*entry) for entry in self._work.values()]
         unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
-            left += [self.decision_s] * unknown
-        return left
+            decisions += [self.decision_s] * unknown
+        relayed = [
+            left(w, since, f) if not paced or p is None else left(*self._paced(w, since, p))
+            for w, since, f, p in self._relayed.values()
+        ]
+        return decisions, relayed
+
+    def _decision_finish_s(self, work_s: float) -> float:
+        """When a decision of ``work_s`` admitted now is answered: among the decisions
+        ahead, in turns (``turns_s``: llama-server evaluates the prompts in its slots in
+        the same batches, so they finish together); that time is then its work beside the
+        relayed generations, which share the CPU (``finish_s``)."""
+        decisions, relayed = self._ahead(None, True)
+        among = turns_s(work_s, decisions, self.parallel)
+        return finish_s(among, relayed, self.parallel) if relayed else among
 
     def _paced(self, work_s: float, since: float, paced_s: float) -> tuple[float, float, float]:
         """A relayed generation as a decision sees it: it holds its slot ``paced_s`` of wall
@@ -226,7 +255,7 @@ class Admission:
         server it already fills (256 requests at once waited 55 s for their refusals)."""
         if not self._work and not self._relayed:
             return
-        finish = finish_s(0.0, self.ahead(paced=True), self.parallel)
+        finish = self._decision_finish_s(0.0)
         if finish > self._deadline_s:
             raise Overloaded(
                 f"the work admitted ahead of this request would keep it from finishing in "
@@ -252,7 +281,7 @@ class Admission:
                     "or start the proxy with a longer --decision-deadline-s",
                     code="exceeds_deadline",
                 )
-            finish = finish_s(work.seconds, self.ahead(paced=True), self.parallel)
+            finish = self._decision_finish_s(work.seconds)
             if finish > self._deadline_s:
                 raise Overloaded(
                     f"this request needs {work.describe()}; with the work admitted ahead of "

@@ -5,7 +5,15 @@ import contextlib
 
 import pytest
 
-from proxy.admission import Admission, Work, estimated_finish_s, finish_s, server_timing, smoothed
+from proxy.admission import (
+    Admission,
+    Work,
+    estimated_finish_s,
+    finish_s,
+    server_timing,
+    smoothed,
+    turns_s,
+)
 from proxy.cost import CHUNK, ONE, CostModel
 from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
 from proxy.routes.common import relayed_cost
@@ -286,6 +294,29 @@ def test_finish_under_processor_sharing_in_llama_servers_slots():
     assert finish_s(1.0, [3.0, 3.0], 2) == 7.0
     # one slot: every request ahead runs whole first
     assert finish_s(1.0, [2.0, 0.5], 1) == 3.5
+
+
+def test_decisions_finish_in_turns_of_llama_servers_slots():
+    # 2 s of prompt beside 1 s and 5 s left, four slots: evaluated in the same batches,
+    # all three finish together, when their 8 s are done (sharing would say 5 s)
+    assert turns_s(2.0, [1.0, 5.0], 4) == 8.0
+    assert finish_s(2.0, [1.0, 5.0], 4) == 5.0
+    # five in four slots: the first four together, then this one alone
+    assert turns_s(0.5, [1.0, 2.0, 3.0, 4.0], 4) == 10.5
+    assert turns_s(3.0, [], 4) == 3.0
+
+
+async def test_a_short_decision_behind_long_ones_waits_for_them():
+    admission = Admission(max_active=16, max_queued=0, deadline_s=50, retry_after_s=1)
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(4):  # four long prompts of 11 s each, in the four slots together
+            await stack.enter_async_context(admission.admit(Work(1400, 11.0)))
+        # a 1 s question waits for their turn (44 s), then its own: 45 s, admitted
+        await stack.enter_async_context(admission.admit(Work(128, 1.0)))
+        # a second long one joins that turn: 44 + 1 + 11 = 56 s, past the deadline
+        with pytest.raises(Overloaded) as caught:
+            admission.admit(Work(1400, 11.0))
+        assert "finish in about 56 s" in caught.value.message
 
 
 async def test_work_that_cannot_finish_even_on_an_idle_server_is_a_client_error():
