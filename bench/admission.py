@@ -1,7 +1,7 @@
 """Admission by cost: the estimate against the measured time, and a burst far past
 what the server can serve, with long prompts and relayed generations mixed in.
 
-    .venv/bin/python bench/admission.py [--requests 40] [--burst 256]
+    .venv/bin/python bench/admission.py [--requests 40] [--burst 256] [--decisions-only]
 
 The proxy reports the estimate it admitted a decision with in a ``Server-Timing``
 header (``semif-estimate;dur=<ms>``: when it expected to answer). Part one sends
@@ -9,7 +9,8 @@ decisions of 60 to 950 prompt tokens, each a new conversation, one at a time and
 four at once, and prints the median of |estimate - measured| / measured with its
 sample size (target: at most 25%). Part two sends a burst of ``--burst`` requests at
 once (short decisions, decisions of 1,000 tokens and more, relayed generations of 64
-tokens) and prints the answers by status, the share of admitted decisions that
+tokens; ``--decisions-only``: short and long decisions in turn) and prints the
+answers by status, the share of admitted decisions that
 ended in 504 (target: at most 1%), the goodput (answered / sent) and whether any
 refusal came with an estimate under half the deadline (target: none).
 """
@@ -99,11 +100,11 @@ async def accuracy(url: str, requests: int) -> tuple[dict[str, list[float]], Cou
     return errors, statuses
 
 
-async def burst(url: str, size: int) -> dict:
-    kinds = ["short", "long", "generation"]
+async def burst(url: str, size: int, decisions_only: bool = False) -> dict:
+    kinds = ["short", "long"] if decisions_only else ["short", "long", "generation"]
     bodies = []
     for i in range(size):
-        kind = kinds[i % 3]
+        kind = kinds[i % len(kinds)]
         bodies.append(
             (kind, generation() if kind == "generation" else decision(2 if kind == "short" else 36))
         )
@@ -111,7 +112,7 @@ async def burst(url: str, size: int) -> dict:
         started = time.perf_counter()
         answers = await asyncio.gather(*(post(session, url, b) for _, b in bodies))
         wall = time.perf_counter() - started
-    by_kind: dict[str, Counter] = {k: Counter() for k in kinds}
+    by_kind: dict[str, Counter] = {k: Counter() for k in ["short", "long", "generation"]}
     early = 0  # refusals whose estimate was under half the deadline
     refused_s = []
     for (kind, _), (status, took, _estimate, text) in zip(bodies, answers):
@@ -141,10 +142,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--burst", type=int, default=256)
+    parser.add_argument("--decisions-only", action="store_true")
     args = parser.parse_args()
     with llama_server() as llama_url, proxy(llama_url) as url:
         errors, statuses = asyncio.run(accuracy(url, args.requests))
-        result = asyncio.run(burst(url, args.burst))
+        result = asyncio.run(burst(url, args.burst, args.decisions_only))
     machine = describe()
     print(
         f"{machine['date']} {machine['cpu']} ({machine['cpu_level']}, {machine['cores']} cores), "
