@@ -576,10 +576,7 @@ class DecisionService:
         first: NextToken | None = None
         book = await self._reader.book()
         segment = (tokens[0] if ubatch else tokens[0][: tokens[1]]) if tokens else ()
-        async with (
-            book.lease(segment, by_prefix=bool(ubatch)) as slot,
-            self._upstream.in_slot(),  # after the lease: its holders are at most the slots
-        ):
+        async with book.lease(segment, by_prefix=bool(ubatch)) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None

@@ -16,7 +16,6 @@ JSON):
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import copy
 import logging
 import time
@@ -86,8 +85,6 @@ _QUICK_PATHS = frozenset(
         "/v1/models",
     }
 )
-# whether the current task holds a place in the slot lane for all its calls (in_slot)
-_in_slot: contextvars.ContextVar[bool] = contextvars.ContextVar("semif_in_slot", default=False)
 _QUICK_CALLS = 2  # renderings, tokenisations and status calls in flight at once
 _DEFAULT_SLOTS = 4  # llama-server's -np until its /props says (its own default)
 
@@ -576,31 +573,10 @@ class Upstream:
             raise UpstreamBadResponse(f"llama-server answered {path} with invalid JSON") from exc
 
     @asynccontextmanager
-    async def in_slot(self) -> AsyncIterator[None]:
-        """One place in the slot lane for all the calls of the block: a decision holding a
-        llama-server slot (proxy/kv.py's lease) takes its place once, as llama-server's
-        slot is taken once, and its reads do not queue again behind relayed requests
-        (each read of a decision would otherwise wait behind every one admitted since)."""
-        if _in_slot.get():
-            yield
-            return
-        lane = self.lanes.slot
-        await lane.acquire()  # within the decision's own deadline
-        token = _in_slot.set(True)
-        try:
-            yield
-        finally:
-            _in_slot.reset(token)
-            lane.release()
-
-    @asynccontextmanager
     async def _lane(self, path: str) -> AsyncIterator[None]:
         """A place in ``path``'s lane for the block, waited for at most as long as the
         proxy waits for llama-server's answer (then a TimeoutError: UpstreamTimeout)."""
         lane = self.lanes.for_path(path)
-        if lane is self.lanes.slot and _in_slot.get():
-            yield  # the place held for the whole decision (in_slot)
-            return
         async with asyncio.timeout(self._lane_wait_s):
             await lane.acquire()
         try:

@@ -1,7 +1,6 @@
 """The decision service with a recorded upstream: labels, widening, exactness."""
 
 import asyncio
-import contextlib
 import math
 import re
 
@@ -38,9 +37,6 @@ class RecordedUpstream:
 
     async def model_info(self):
         return ModelInfo(self.model, 49152, self.n_ctx)
-
-    def in_slot(self):  # no lanes to hold a place in: the recording answers at once
-        return contextlib.nullcontext()
 
     async def total_slots(self):
         return 2
