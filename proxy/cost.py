@@ -27,17 +27,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["StepCost", "CostModel", "ONE", "CHUNK", "BATCH", "kind_of"]
+__all__ = ["StepCost", "CostModel", "ONE", "CHUNK", "BATCH", "DEFAULT_UBATCH", "kind_of"]
 
 ONE, CHUNK, BATCH = "one", "chunk", "batch"
 FORGET = 0.97  # weight of the previous steps when a new one is fitted in
 _OVERHEAD_SMOOTHING = 0.1
+DEFAULT_UBATCH = 512  # llama-server's -ub when it is not known
 _TILED = 64  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
 
 
 def kind_of(evaluated: int, ubatch: int) -> str:
     """The kind of step that evaluates ``evaluated`` tokens with physical batch ``ubatch``
-    (0: unknown, taken as llama-server's default of 512)."""
+    (0: unknown, taken as llama-server's default, ``DEFAULT_UBATCH``)."""
     if evaluated <= 1:
         return ONE
     if evaluated >= _TILED and (ubatch == 0 or ubatch >= _TILED):

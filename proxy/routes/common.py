@@ -10,7 +10,7 @@ from aiohttp import web
 
 from ..admission import Work
 from ..app_keys import ADMISSION, ARRIVED, KIND, METRICS, MODELS, RECORDER, SETTINGS
-from ..cost import CHUNK, ONE, CostModel, kind_of
+from ..cost import CHUNK, DEFAULT_UBATCH, ONE, CostModel, kind_of
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..protocol.relayed import generation_tokens
 from ..records import Context, Decided, request_id
@@ -146,7 +146,7 @@ def relayed_cost(
     if read is None or token is None:
         return None
     whole = body.get("stream") is not True and generation_tokens(path, body, 0) is not None
-    chunk = ubatch or 512
+    chunk = ubatch or DEFAULT_UBATCH
     beside = cost.step_s(kind_of(chunk, ubatch), chunk, prompt) or 0.0
     return Work(
         prompt,
