@@ -8,8 +8,12 @@ they take on an idle server, from ``proxy/cost.py``) is refused at once when it
 cannot finish within its deadline: with a client error (``InvalidRequest``,
 ``exceeds_deadline``) naming the estimate when it could not even on an idle
 server, with 429 and a Retry-After when the work admitted ahead of it is what
-stands in the way (``finish_s``: the requests ahead take llama-server's slots
-in turn, and llama-server shares the CPU among the slots it evaluates). A
+stands in the way (``turns_s`` and ``finish_s``: the requests ahead take
+llama-server's slots in turn, and llama-server shares the CPU among the slots it
+evaluates). Beside other work, a decision is admitted only when its estimate
+finishes within 80% of its deadline and before any decision admitted earlier
+must finish by that rule (``budget_s``): a later decision lengthens the earlier
+ones in llama-server's slots, so a burst must not spend their margin. A
 request that says nothing (its model not yet measured) is judged as before: the
 queue ahead of it and the measured time per decision (``estimated_finish_s``).
 Each admitted decision runs under the deadline; when it passes, the work is
@@ -248,20 +252,51 @@ class Admission:
     def active(self) -> int:
         return self._active
 
+    def budget_s(self, now: float | None = None) -> float:
+        """The latest finish, in seconds from now, at which a decision is admitted beside
+        the work admitted already: ``_HEADROOM`` of its deadline (a margin for the
+        estimate's error), and no later than any decision admitted before it may finish
+        by the same rule. A decision admitted later lengthens the ones in llama-server's
+        slots before it (their prompts are evaluated in the same batches, and a decision's
+        last read joins whatever batch comes next), and all of them are done when all the
+        admitted work is, which is when this one is estimated to finish: so no admission
+        pushes an earlier one past its deadline (a burst of decisions alone had 7 of 13
+        admitted ones end in 504 without this)."""
+        now = time.monotonic() if now is None else now
+        budget = self._deadline_s * _HEADROOM
+        for _work_s, since, _finish in self._work.values():
+            budget = min(budget, self._deadline_s * _HEADROOM - (now - since))
+        return budget
+
+    def _too_late(self, finish: float, budget: float, what: str) -> Overloaded:
+        """The 429 for a request estimated to finish in ``finish`` s against ``budget``."""
+        if finish <= self._deadline_s * _HEADROOM:
+            limit = (
+                f"the {max(0.0, budget):.0f} s within which the decisions admitted before it "
+                "must finish"
+            )
+        else:
+            limit = (
+                f"the {budget:.0f} s admitted within its {self._deadline_s:g} s deadline "
+                "(a margin for the estimate's error)"
+            )
+        return Overloaded(
+            f"{what}, it would finish in about {finish:.0f} s, past {limit}; retry later",
+            retry_after_s=max(1, math.ceil(finish - max(0.0, budget))),
+        )
+
     def crowded(self) -> None:
         """Refuse at once (429), before a request is even planned, when the work admitted
-        already keeps any request arriving now past its deadline. Planning a decision asks
-        llama-server to render and tokenise its prompt: a burst must not pile that onto a
-        server it already fills (256 requests at once waited 55 s for their refusals)."""
+        already keeps any request arriving now past its budget (``budget_s``). Planning a
+        decision asks llama-server to render and tokenise its prompt: a burst must not
+        pile that onto a server it already fills (256 requests at once waited 55 s for
+        their refusals)."""
         if not self._work and not self._relayed:
             return
         finish = self._decision_finish_s(0.0)
-        if finish > self._deadline_s:
-            raise Overloaded(
-                f"the work admitted ahead of this request would keep it from finishing in "
-                f"about {finish:.0f} s, past its {self._deadline_s:g} s deadline; retry later",
-                retry_after_s=max(1, math.ceil(finish - self._deadline_s)),
-            )
+        budget = self.budget_s()
+        if finish > budget:
+            raise self._too_late(finish, budget, "with the work admitted ahead of this request")
 
     def admit(self, work: Work | None = None) -> contextlib.AbstractAsyncContextManager[None]:
         """Run the block once a place is free, within the deadline (counted from this call,
@@ -282,13 +317,14 @@ class Admission:
                     code="exceeds_deadline",
                 )
             finish = self._decision_finish_s(work.seconds)
-            if finish > self._deadline_s:
-                raise Overloaded(
-                    f"this request needs {work.describe()}; with the work admitted ahead of "
-                    f"it, it would finish in about {finish:.0f} s, past its "
-                    f"{self._deadline_s:g} s deadline; retry later",
-                    retry_after_s=max(1, math.ceil(finish - work.seconds)),
-                )
+            if self._work or self._relayed:  # alone, it is judged by its deadline only
+                budget = self.budget_s()
+                if finish > budget:
+                    raise self._too_late(
+                        finish,
+                        budget,
+                        f"this request needs {work.describe()}; with the work admitted ahead of it",
+                    )
             holder = _estimate.get()
             if holder is not None:
                 holder[:] = [work, finish]

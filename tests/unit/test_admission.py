@@ -2,9 +2,11 @@
 
 import asyncio
 import contextlib
+from types import SimpleNamespace
 
 import pytest
 
+import proxy.admission as admission_module
 from proxy.admission import (
     Admission,
     Work,
@@ -309,14 +311,52 @@ def test_decisions_finish_in_turns_of_llama_servers_slots():
 async def test_a_short_decision_behind_long_ones_waits_for_them():
     admission = Admission(max_active=16, max_queued=0, deadline_s=50, retry_after_s=1)
     async with contextlib.AsyncExitStack() as stack:
-        for _ in range(4):  # four long prompts of 11 s each, in the four slots together
-            await stack.enter_async_context(admission.admit(Work(1400, 11.0)))
-        # a 1 s question waits for their turn (44 s), then its own: 45 s, admitted
+        for _ in range(4):  # four long prompts of 9 s each, in the four slots together
+            await stack.enter_async_context(admission.admit(Work(1400, 9.0)))
+        # a 1 s question waits for their turn (36 s), then its own: 37 s, within the 40 s
+        # admitted (80% of the 50 s deadline)
         await stack.enter_async_context(admission.admit(Work(128, 1.0)))
-        # a second long one joins that turn: 44 + 1 + 11 = 56 s, past the deadline
+        # a second long one joins that turn: 36 + 1 + 9 = 46 s, past the 40 s
         with pytest.raises(Overloaded) as caught:
-            admission.admit(Work(1400, 11.0))
-        assert "finish in about 56 s" in caught.value.message
+            admission.admit(Work(1400, 9.0))
+        assert caught.value.message == (
+            "this request needs about 1,400 prompt tokens, about 9 s on this server; with "
+            "the work admitted ahead of it, it would finish in about 46 s, past the 40 s "
+            "admitted within its 50 s deadline (a margin for the estimate's error); retry later"
+        )
+        assert caught.value.headers()["Retry-After"] == "6"
+
+
+async def test_a_decision_is_refused_when_it_would_push_one_admitted_before_past_its_deadline(
+    monkeypatch,
+):
+    clock = [1000.0]
+    monkeypatch.setattr(admission_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    admission = Admission(max_active=16, max_queued=0, deadline_s=50, retry_after_s=1)
+    async with contextlib.AsyncExitStack() as stack:
+        # admitted at 1000 s, estimated 30 s: it must finish by 1040 s (80% of 50 s)
+        await stack.enter_async_context(admission.admit(Work(1400, 30.0)))
+        clock[0] += 20.0  # 20 s on, estimated to have 30 x (1 - 20 / 30) = 10 s left
+        assert admission.ahead() == [pytest.approx(10.0)]
+        assert admission.budget_s() == pytest.approx(20.0)
+        # 10 + 12 = 22 s would be within its own 40 s, but all admitted work is done
+        # together, so the first would finish 2 s late: refused
+        with pytest.raises(Overloaded) as caught:
+            admission.admit(Work(400, 12.0))
+        assert caught.value.message == (
+            "this request needs about 400 prompt tokens, about 12 s on this server; with the "
+            "work admitted ahead of it, it would finish in about 22 s, past the 20 s within "
+            "which the decisions admitted before it must finish; retry later"
+        )
+        assert caught.value.headers()["Retry-After"] == "2"
+        # 10 + 9 = 19 s: admitted
+        await stack.enter_async_context(admission.admit(Work(300, 9.0)))
+        clock[0] += 25.0  # the first past its 40 s: nothing more until it is done
+        assert admission.budget_s() == pytest.approx(-5.0)
+        with pytest.raises(Overloaded) as caught:
+            admission.crowded()
+        assert "past the 0 s within which" in caught.value.message
+    assert admission.budget_s() == pytest.approx(40.0)
 
 
 async def test_work_that_cannot_finish_even_on_an_idle_server_is_a_client_error():
@@ -339,16 +379,17 @@ async def test_work_that_waiting_would_let_finish_is_429_with_the_wait():
             started.append(seconds)
             await release.wait()
 
-    tasks = [asyncio.create_task(hold(s)) for s in (20.0, 20.0)]
+    tasks = [asyncio.create_task(hold(s)) for s in (15.0, 15.0)]
     await asyncio.sleep(0.01)
-    assert started == [20.0, 20.0]
-    # 24 s alone would finish; beside 2 x 20 s ahead, about 64 s
+    assert started == [15.0, 15.0]
+    # 24 s alone would finish; beside 2 x 15 s ahead, about 54 s
     with pytest.raises(Overloaded) as caught:
         admission.admit(Work(800, 24.0))
     assert caught.value.status == 429
-    assert "finish in about 64 s" in caught.value.message
-    assert int(caught.value.headers()["Retry-After"]) == pytest.approx(40, abs=1)
-    # under half the deadline with what is ahead: admitted
+    assert "finish in about 54 s" in caught.value.message
+    # once 14 s of the 30 s ahead are done, 16 + 24 s fit the 40 s admitted
+    assert int(caught.value.headers()["Retry-After"]) == pytest.approx(14, abs=1)
+    # within the 40 s with what is ahead: admitted
     async with admission.admit(Work(100, 4.0)):
         pass
     release.set()
@@ -472,7 +513,9 @@ async def test_a_crowded_server_refuses_before_anything_is_planned():
         with pytest.raises(Overloaded) as caught:
             admission.crowded()
         assert caught.value.status == 429
-        assert "about 572 s, past its 50 s deadline" in caught.value.message
+        assert "about 572 s, past the 40 s admitted within its 50 s deadline" in (
+            caught.value.message
+        )
     admission.crowded()
 
 
