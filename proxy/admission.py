@@ -41,6 +41,7 @@ __all__ = [
     "Admission",
     "Work",
     "estimate_holder",
+    "tokens_evaluated",
     "estimated_finish_s",
     "finish_s",
     "turns_s",
@@ -122,6 +123,11 @@ _estimate: contextvars.ContextVar[list | None] = contextvars.ContextVar(
     "semif_estimate", default=None
 )
 
+# Prompt tokens evaluated so far for the current admitted decision (``tokens_evaluated``).
+_evaluated: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "semif_evaluated", default=None
+)
+
 _SMOOTHING = 0.2  # weight of the newest decision in the moving average of decision time
 _HEADROOM = 0.8  # admit only what the estimate finishes within this share of the deadline
 
@@ -160,6 +166,23 @@ def server_timing(holder: list) -> str | None:
     )
 
 
+def tokens_evaluated(tokens: int) -> None:
+    """Count ``tokens`` prompt tokens as evaluated for the current admitted decision (a
+    step of its reads came back): how far it is, for the estimates of those after it."""
+    done = _evaluated.get()
+    if done is not None:
+        done[0] += tokens
+
+
+def _undone(work: Work, evaluated: int) -> float:
+    """The seconds of ``work`` left once ``evaluated`` of its tokens were: its share of
+    the tokens not evaluated yet (all of it while none were, none once all were; a
+    decision's last one-token read is in ``work.tokens`` too)."""
+    if work.tokens <= 0:
+        return work.seconds
+    return work.seconds * max(0.0, 1.0 - evaluated / work.tokens)
+
+
 def slot_waited(seconds: float) -> None:
     """Count ``seconds`` as time the current decision waited for a llama-server slot."""
     waits = _slot_waits.get()
@@ -195,8 +218,9 @@ class Admission:
         self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
         # requests that said what they take, admitted decisions and relayed requests
-        # apart: ticket -> (work seconds, admitted at, the finish estimated then)
-        self._work: dict[object, tuple[float, float, float]] = {}
+        # apart: ticket -> (what it takes, admitted at, the prompt tokens evaluated for it
+        # so far, in a list its reads add to: ``tokens_evaluated``)
+        self._work: dict[object, tuple[Work, float, list[int]]] = {}
         self._relayed: dict[object, tuple[float, float, float, float | None]] = {}
 
     def ahead(self, now: float | None = None, *, paced: bool = False) -> list[float]:
@@ -218,7 +242,11 @@ class Admission:
         def left(w: float, since: float, finish: float) -> float:
             return w * max(0.0, 1.0 - (now - since) / finish) if finish > 0 else 0.0
 
-        decisions = [left(*entry) for entry in self._work.values()]
+        # a decision by the share of its tokens not evaluated yet: llama-server evaluates
+        # the prompts in its slots in the same batches, so a decision's own estimate of
+        # when it finishes says little about how far it is (a long prompt estimated at
+        # 13 s finished with the short ones beside it, 40 s later)
+        decisions = [_undone(work, done[0]) for work, _since, done in self._work.values()]
         unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
             decisions += [self.decision_s] * unknown
@@ -264,7 +292,7 @@ class Admission:
         admitted ones end in 504 without this)."""
         now = time.monotonic() if now is None else now
         budget = self._deadline_s * _HEADROOM
-        for _work_s, since, _finish in self._work.values():
+        for _work, since, _done in self._work.values():
             budget = min(budget, self._deadline_s * _HEADROOM - (now - since))
         return budget
 
@@ -328,7 +356,7 @@ class Admission:
             holder = _estimate.get()
             if holder is not None:
                 holder[:] = [work, finish]
-            return self._admitted((work.seconds, finish))
+            return self._admitted(work)
         if self.decision_s is not None:
             finish = estimated_finish_s(self._queued, self._active, self.parallel, self.decision_s)
             budget = self._deadline_s * _HEADROOM
@@ -341,13 +369,15 @@ class Admission:
         return self._admitted(None)
 
     @contextlib.asynccontextmanager
-    async def _admitted(self, work: tuple[float, float] | None) -> AsyncIterator[None]:
+    async def _admitted(self, work: Work | None) -> AsyncIterator[None]:
         """A place, and the deadline around waiting for it and the block. A cancel (the
         deadline's or the client's) while queued takes no place or passes on the one it
         was handed (the semaphore's part); one while holding gives it back once."""
         ticket = object()
+        done = [0]
+        _evaluated.set(done)
         if work is not None:
-            self._work[ticket] = (work[0], time.monotonic(), work[1])
+            self._work[ticket] = (work, time.monotonic(), done)
         deadline = asyncio.timeout(self._deadline_s)
         try:
             async with deadline:

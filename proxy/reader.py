@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from .admission import Admission
+from .admission import Admission, tokens_evaluated
 from .cost import CostModel, kind_of
 from .discovery import Discovery
 from .kv import (
@@ -220,6 +220,7 @@ class Reader:
             )
         finally:
             self._steps_running -= 1
+        tokens_evaluated(done.read.prompt_evaluated)  # how far the admitted decision is
         if alone and mark == self._steps_started and done.seconds > 0:
             evaluated = done.read.prompt_evaluated
             self.cost.observe(

@@ -14,6 +14,7 @@ from proxy.admission import (
     finish_s,
     server_timing,
     smoothed,
+    tokens_evaluated,
     turns_s,
 )
 from proxy.cost import CHUNK, ONE, CostModel
@@ -308,7 +309,15 @@ def test_decisions_finish_in_turns_of_llama_servers_slots():
     assert turns_s(3.0, [], 4) == 3.0
 
 
-async def test_a_short_decision_behind_long_ones_waits_for_them():
+@pytest.fixture
+def clock(monkeypatch) -> list[float]:
+    """The admission's monotonic clock, stopped at 1000 s until a test moves it."""
+    now = [1000.0]
+    monkeypatch.setattr(admission_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    return now
+
+
+async def test_a_short_decision_behind_long_ones_waits_for_them(clock):
     admission = Admission(max_active=16, max_queued=0, deadline_s=50, retry_after_s=1)
     async with contextlib.AsyncExitStack() as stack:
         for _ in range(4):  # four long prompts of 9 s each, in the four slots together
@@ -328,15 +337,15 @@ async def test_a_short_decision_behind_long_ones_waits_for_them():
 
 
 async def test_a_decision_is_refused_when_it_would_push_one_admitted_before_past_its_deadline(
-    monkeypatch,
+    clock,
 ):
-    clock = [1000.0]
-    monkeypatch.setattr(admission_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     admission = Admission(max_active=16, max_queued=0, deadline_s=50, retry_after_s=1)
     async with contextlib.AsyncExitStack() as stack:
         # admitted at 1000 s, estimated 30 s: it must finish by 1040 s (80% of 50 s)
-        await stack.enter_async_context(admission.admit(Work(1400, 30.0)))
-        clock[0] += 20.0  # 20 s on, estimated to have 30 x (1 - 20 / 30) = 10 s left
+        await stack.enter_async_context(admission.admit(Work(1500, 30.0)))
+        clock[0] += 20.0  # 20 s on, its prompt's first 1,000 tokens evaluated
+        assert admission.ahead() == [30.0]  # how far it is comes from its reads, not time
+        tokens_evaluated(1000)
         assert admission.ahead() == [pytest.approx(10.0)]
         assert admission.budget_s() == pytest.approx(20.0)
         # 10 + 12 = 22 s would be within its own 40 s, but all admitted work is done

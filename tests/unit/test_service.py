@@ -384,3 +384,29 @@ async def test_a_retry_after_a_cut_read_evaluates_only_what_the_slot_did_not_kee
         assert retry[-1][1:] == whole.requests[-1][1:]
     assert sum(r[4] for r in retry) == n - keep + (0 if alone else 1)
     assert out.decision == expected.decision
+
+
+async def test_an_admitted_decision_counts_its_evaluated_tokens_as_it_goes():
+    """What a decision's reads evaluated tells admission how far it is: its second
+    request (the last token alone, after a prompt past 256 tokens) sees the first's
+    tokens done."""
+    admission = Admission(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+
+    seen: list[list[float]] = []
+
+    class Watched(RecordedUpstream):
+        async def complete(self, tokens, **kwargs):
+            seen.append(admission.ahead())
+            return await super().complete(tokens, **kwargs)
+
+    up = Watched([{49: -1.0, 51: -2.0}])
+    service = DecisionService(up, n_probs=8, admission=admission, ubatch=63)
+    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)  # 1 ms a token
+    await service.decide([{"role": "user", "content": "t" * 400}], choice_question(["x", "y"]))
+    (whole, last) = [evaluated for *_, evaluated in up.requests]
+    assert last == 1 and whole > 256
+    before, after = seen
+    # all of it ahead before the first request; 1 token of whole + 1 left after it
+    assert before == [pytest.approx((whole + 1) * 0.001)]
+    assert after == [pytest.approx(before[0] / (whole + 1))]
+    assert admission.ahead() == []
