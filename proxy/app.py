@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -37,10 +38,13 @@ def create_app(
     worker: tuple[int, int] = (0, 1),
     records_to: Callable[[bytes], None] | None = None,
     records_key: bytes | None = None,
+    check_lock: Path | None = None,
 ) -> web.Application:
     """``worker``: (index, count) with ``--workers``: which share of llama-server's slots
     this process leases to its decisions; ``records_to`` and ``records_key``: where a
-    worker sends its decision records (the parent's relay) and the key it hashes with."""
+    worker sends its decision records (the parent's relay) and the key it hashes with;
+    ``check_lock``: a file the workers lock in turn for their repeatability self-checks
+    (another worker's reads beside a check can make it fail)."""
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=MIDDLEWARES,
@@ -49,7 +53,7 @@ def create_app(
     app[METRICS] = Metrics()
     app[PROFILES] = ProfileStore(settings.calibration_dir, settings.calibration_profile or None)
     app.cleanup_ctx.append(_records_ctx(records_to, records_key))
-    app.cleanup_ctx.append(_upstream_ctx(upstream, worker))
+    app.cleanup_ctx.append(_upstream_ctx(upstream, worker, check_lock))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model:.+}", model)
@@ -88,7 +92,7 @@ def _records_ctx(
 
 
 def _upstream_ctx(
-    given: Upstream | None, worker: tuple[int, int]
+    given: Upstream | None, worker: tuple[int, int], check_lock: Path | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         upstream = given or Upstream(app[SETTINGS])
@@ -114,6 +118,7 @@ def _upstream_ctx(
                 worker=worker,
                 ubatch=settings.upstream_ubatch,
                 self_check=True,
+                check_lock=check_lock,
                 profiles=app[PROFILES],
             ),
             default_model=settings.default_model,

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import random
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -59,6 +62,8 @@ _WIDE_READ = 1024
 _UNKNOWN_VOCAB = 1 << 18  # llama-server clamps n_probs to its vocabulary
 _MAX_CONTENT_FREE = 256  # content-free answers (contextual calibration) remembered ...
 _MAX_FREE_KEY = 64 * 1024  # ... for questions up to this size (JSON bytes)
+CHECK_ATTEMPTS = 3  # a failing self-check is made again, this many times in all ...
+CHECK_PAUSE_S = (1.0, 3.0)  # ... after a pause of this many seconds (uniform)
 _MAX_OPTION_COUNTS = 32  # option counts whose reads-needed are remembered
 _LEAST_WEIGHT = 1e-300  # a content-free probability that underflowed still divides
 _NOTHING: Mapping[str, tuple[int, ...]] = MappingProxyType({})
@@ -141,6 +146,7 @@ class DecisionService:
         worker: tuple[int, int] = (0, 1),
         ubatch: int = 0,
         self_check: bool = False,
+        check_lock: Path | None = None,
         profiles: ProfileStore | None = None,
     ):
         self._upstream = upstream
@@ -166,6 +172,8 @@ class DecisionService:
         self._check = Check(self.scheme, None)
         self._checking: asyncio.Task[None] | None = None
         self._self_check = self_check  # run check() when the slots are first counted
+        # with --workers, a file whose lock the workers' self-checks take in turn
+        self._check_lock = check_lock
         # (question, template, layout) JSON -> the content-free answer: see _free_answer
         self._content_free: BoundedCache[bytes, tuple[float, ...]] = BoundedCache(_MAX_CONTENT_FREE)
         # option count -> reads its last decision took
@@ -641,18 +649,8 @@ class DecisionService:
 
     async def _check_in_turn(self) -> None:
         try:
-            check = await self.check()
-            if check.repeatable is False and self._reader.ubatch:
-                log.warning(
-                    "repeatable reads failed the self-check with the prefix scheme "
-                    "(%s); falling back to the segment scheme",
-                    check.detail,
-                )
-                self._reader.ubatch = 0
-                self._reader.forget()
-                self._prompts.forget_prompts()  # remembered without their segment's length
-                check = await self.check()
-            self._check = check
+            async with _one_process_at_a_time(self._check_lock):
+                await self._settle_check()
         except Exception as exc:  # noqa: BLE001 - a check that cannot run decides nothing
             log.warning("the repeatability self-check could not run: %s", exc)
             self._check = Check(self.scheme, None, f"not checked: {exc}")
@@ -666,6 +664,43 @@ class DecisionService:
             self._metrics.repeatable.labels((await self.model()).id).set(
                 1.0 if self._check.repeatable else 0.0
             )
+
+    async def _settle_check(self) -> None:
+        """The self-check, falling back to the segment scheme when the prefix scheme fails."""
+        check = await self._check_again_if_it_fails()
+        if check.repeatable is False and self._reader.ubatch:
+            log.warning(
+                "repeatable reads failed the self-check with the prefix scheme "
+                "(%s); falling back to the segment scheme",
+                check.detail,
+            )
+            self._reader.ubatch = 0
+            self._reader.forget()
+            self._prompts.forget_prompts()  # remembered without their segment's length
+            check = await self._check_again_if_it_fails()
+        self._check = check
+
+    async def _check_again_if_it_fails(self) -> Check:
+        """``check``, made again after a pause while it fails, ``CHECK_ATTEMPTS`` times at
+        most. Reads of other slots evaluated in the same llama-server batches change the
+        kernels a read goes through (llama.cpp gives each sequence of a batch as many
+        tokens as the one with fewest: a one-token read or a generation's token beside a
+        prompt makes that prompt's rows one-token rows too): another worker's decisions
+        or a relayed generation can make one check fail, where a build whose kernels
+        differ fails every time."""
+        check = await self.check()
+        for attempt in range(1, CHECK_ATTEMPTS):
+            if check.repeatable is not False:
+                break
+            log.info(
+                "the repeatability self-check failed (%s), attempt %d of %d; checking again",
+                check.detail,
+                attempt,
+                CHECK_ATTEMPTS,
+            )
+            await asyncio.sleep(random.uniform(*CHECK_PAUSE_S))
+            check = await self.check()
+        return check
 
     async def check(self) -> Check:
         """Read the known prompt four ways (decision/selfcheck.py) with every slot of
@@ -718,3 +753,21 @@ def _text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
         elif content is not None and not isinstance(content, str):
             return False
     return True
+
+
+@contextlib.asynccontextmanager
+async def _one_process_at_a_time(path: Path | None) -> AsyncIterator[None]:
+    """Hold an exclusive lock on ``path`` (``fcntl.flock``, created if missing) for the
+    block, so that the workers take turns (None: one process, no lock). It waits by
+    trying again every 50 ms, so a cancel while waiting (a shutdown) ends it at once."""
+    if path is None:
+        yield
+        return
+    with open(path, "ab") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(0.05)
+        yield  # closing the file lets the lock go

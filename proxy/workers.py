@@ -190,6 +190,7 @@ def _worker(
     app = create_app(
         mine,
         worker=(index, n),
+        check_lock=Path(sockets[index]).parent / "self-check.lock",
         records_to=records.send_bytes if records is not None else None,
         records_key=key,
     )

@@ -1,6 +1,7 @@
 """The decision service with a recorded upstream: labels, widening, exactness."""
 
 import asyncio
+import fcntl
 import math
 import re
 
@@ -312,11 +313,47 @@ async def test_the_self_check_fails_on_a_server_whose_numbers_move(reads, way):
     assert "largest log-probability change 1e-07" in check.detail
 
 
-async def test_a_failed_prefix_check_falls_back_to_the_segment_scheme_and_answers_say_so():
+FAILING = [SAME, SAME, MOVED, SAME, SAME, SAME]  # a self-check whose second read moved
+
+
+@pytest.fixture
+def no_pause(monkeypatch):
+    """A failed self-check is made again at once."""
+    monkeypatch.setattr("proxy.service.CHECK_PAUSE_S", (0.0, 0.0))
+
+
+async def test_a_self_check_that_fails_once_is_made_again_and_passes(no_pause, caplog):
+    up = RecordedUpstream(FAILING + [SAME] * 6 + [SAME])
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    with caplog.at_level("INFO", logger="proxy"):
+        await service._check_in_turn()
+    # another slot's reads in the same batches moved it once: the prefix scheme stays
+    assert (service.scheme, service.checked.repeatable) == ("prefix-63", True)
+    assert "failed (the read after another conversation in the same slot differs" in caplog.text
+    assert "attempt 1 of 3; checking again" in caplog.text
+    out = await service.decide([{"role": "user", "content": "q"}], choice_question(list("xyz")))
+    assert (out.read_scheme, out.repeatable) == ("prefix-63", True)
+
+
+async def test_self_checks_take_turns_on_a_lock_file(tmp_path, no_pause):
+    lock = tmp_path / "self-check.lock"
+    first = DecisionService(RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, check_lock=lock)
+    second = DecisionService(RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, check_lock=lock)
+    with open(lock, "ab") as held:  # another process's check holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = asyncio.create_task(first._check_in_turn())
+        await asyncio.sleep(0.2)
+        assert not waiting.done() and first.checked.repeatable is None
+    await asyncio.wait_for(waiting, 5)
+    await second._check_in_turn()
+    assert first.checked.repeatable is True and second.checked.repeatable is True
+
+
+async def test_a_failed_prefix_check_falls_back_to_the_segment_scheme_and_answers_say_so(no_pause):
     from proxy.metrics import Metrics
 
     metrics = Metrics()
-    up = RecordedUpstream([SAME, SAME, MOVED, SAME, SAME, SAME] + [SAME] * 6 + [SAME])
+    up = RecordedUpstream(FAILING * 3 + [SAME] * 6 + [SAME])
     service = DecisionService(up, n_probs=8, ubatch=63, metrics=metrics)
     assert service.checked.repeatable is None
     await service._check_in_turn()
@@ -326,8 +363,8 @@ async def test_a_failed_prefix_check_falls_back_to_the_segment_scheme_and_answer
     assert (out.read_scheme, out.repeatable) == ("segment", True)
 
 
-async def test_answers_say_repeatable_false_when_the_check_failed():
-    up = RecordedUpstream([SAME, SAME, MOVED, SAME, SAME, SAME] + [MOVED] * 7)
+async def test_answers_say_repeatable_false_when_the_check_failed(no_pause):
+    up = RecordedUpstream(FAILING * 3 + [MOVED])
     service = DecisionService(up, n_probs=8)  # the segment scheme: nothing to fall back to
     await service._check_in_turn()
     out = await service.decide([{"role": "user", "content": "q"}], choice_question(list("xyz")))
