@@ -289,20 +289,19 @@ class Admission:
         last read joins whatever batch comes next), and all of them are done when all the
         admitted work is, which is when this one is estimated to finish: so no admission
         pushes an earlier one past its deadline (a burst of decisions alone had 7 of 13
-        admitted ones end in 504 without this)."""
+        admitted ones end in 504 without this). Never less than half the deadline: a
+        decision estimated to finish within that is admitted (the issue's rule: no
+        refusal under half the deadline), since the earlier ones are mostly done first."""
         now = time.monotonic() if now is None else now
         budget = self._deadline_s * _HEADROOM
         for _work, since, _done in self._work.values():
             budget = min(budget, self._deadline_s * _HEADROOM - (now - since))
-        return budget
+        return max(budget, self._deadline_s / 2)
 
     def _too_late(self, finish: float, budget: float, what: str) -> Overloaded:
         """The 429 for a request estimated to finish in ``finish`` s against ``budget``."""
         if finish <= self._deadline_s * _HEADROOM:
-            limit = (
-                f"the {max(0.0, budget):.0f} s within which the decisions admitted before it "
-                "must finish"
-            )
+            limit = f"the {budget:.0f} s it may take beside the decisions admitted before it"
         else:
             limit = (
                 f"the {budget:.0f} s admitted within its {self._deadline_s:g} s deadline "
@@ -310,7 +309,7 @@ class Admission:
             )
         return Overloaded(
             f"{what}, it would finish in about {finish:.0f} s, past {limit}; retry later",
-            retry_after_s=max(1, math.ceil(finish - max(0.0, budget))),
+            retry_after_s=max(1, math.ceil(finish - budget)),
         )
 
     def crowded(self) -> None:

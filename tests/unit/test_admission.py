@@ -343,28 +343,30 @@ async def test_a_decision_is_refused_when_it_would_push_one_admitted_before_past
     async with contextlib.AsyncExitStack() as stack:
         # admitted at 1000 s, estimated 30 s: it must finish by 1040 s (80% of 50 s)
         await stack.enter_async_context(admission.admit(Work(1500, 30.0)))
-        clock[0] += 20.0  # 20 s on, its prompt's first 1,000 tokens evaluated
+        clock[0] += 10.0  # 10 s on, its prompt's first 500 tokens evaluated
         assert admission.ahead() == [30.0]  # how far it is comes from its reads, not time
-        tokens_evaluated(1000)
-        assert admission.ahead() == [pytest.approx(10.0)]
-        assert admission.budget_s() == pytest.approx(20.0)
-        # 10 + 12 = 22 s would be within its own 40 s, but all admitted work is done
+        tokens_evaluated(500)
+        assert admission.ahead() == [pytest.approx(20.0)]
+        assert admission.budget_s() == pytest.approx(30.0)
+        # 20 + 12 = 32 s would be within its own 40 s, but all admitted work is done
         # together, so the first would finish 2 s late: refused
         with pytest.raises(Overloaded) as caught:
             admission.admit(Work(400, 12.0))
         assert caught.value.message == (
             "this request needs about 400 prompt tokens, about 12 s on this server; with the "
-            "work admitted ahead of it, it would finish in about 22 s, past the 20 s within "
-            "which the decisions admitted before it must finish; retry later"
+            "work admitted ahead of it, it would finish in about 32 s, past the 30 s it may take "
+            "beside the decisions admitted before it; retry later"
         )
         assert caught.value.headers()["Retry-After"] == "2"
-        # 10 + 9 = 19 s: admitted
+        # 20 + 9 = 29 s: admitted
         await stack.enter_async_context(admission.admit(Work(300, 9.0)))
-        clock[0] += 25.0  # the first past its 40 s: nothing more until it is done
-        assert admission.budget_s() == pytest.approx(-5.0)
+        clock[0] += 10.0  # 20 s on: 20 s left for the first, but never under half the deadline
+        assert admission.budget_s() == 25.0
+        # 29 s of work ahead by the tokens (nothing more evaluated): refused before planning
         with pytest.raises(Overloaded) as caught:
             admission.crowded()
-        assert "past the 0 s within which" in caught.value.message
+        assert "in about 29 s, past the 25 s it may take beside" in caught.value.message
+    assert admission.budget_s() == pytest.approx(40.0)
     assert admission.budget_s() == pytest.approx(40.0)
 
 
