@@ -32,7 +32,7 @@ import contextlib
 import contextvars
 import math
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from .errors import InvalidRequest, Overloaded, UpstreamTimeout
@@ -40,7 +40,6 @@ from .errors import InvalidRequest, Overloaded, UpstreamTimeout
 __all__ = [
     "Admission",
     "Work",
-    "coming_s",
     "estimate_holder",
     "tokens_evaluated",
     "estimated_finish_s",
@@ -97,19 +96,6 @@ def finish_s(work_s: float, ahead: list[float], slots: int) -> float:
             kept.append((next_id, waiting.pop(0)))
             next_id += 1
         ids, running = [i for i, _ in kept], [r for _, r in kept]
-
-
-def coming_s(coming: int, jobs: int, slots: int, mean_s: float | None) -> float:
-    """The seconds the decisions still being planned add to one admitted now, the
-    last of ``jobs`` in ``slots`` slots taken in turns: as many as there are slots
-    left in its turn join it there and finish with it, each ``mean_s`` (the recent
-    decisions' mean work; nothing while none is known). Four decisions sent at once
-    are planned together, and the first admitted finishes with the other three (its
-    estimate, made without them, erred by -78%, bench/admission.py)."""
-    if not coming or mean_s is None:
-        return 0.0
-    free = (slots - jobs % slots) % slots
-    return min(coming, free) * mean_s
 
 
 def turns_s(work_s: float, ahead: list[float], slots: int) -> float:
@@ -231,8 +217,6 @@ class Admission:
         self.parallel = max_active  # decisions served at once: at most llama-server's slots
         self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
-        self.mean_work_s: float | None = None  # the planned decisions' work, smoothed
-        self._planning = 0  # decisions that passed ``planning``'s check and are planned
         # requests that said what they take, admitted decisions and relayed requests
         # apart: ticket -> (what it takes, admitted at, the prompt tokens evaluated for it
         # so far, in a list its reads add to: ``tokens_evaluated``)
@@ -272,17 +256,13 @@ class Admission:
         ]
         return decisions, relayed
 
-    def _decision_finish_s(self, work_s: float, coming: int = 0) -> float:
+    def _decision_finish_s(self, work_s: float) -> float:
         """When a decision of ``work_s`` admitted now is answered: among the decisions
         ahead, in turns (``turns_s``: llama-server evaluates the prompts in its slots in
         the same batches, so they finish together); that time is then its work beside the
-        relayed generations, which share the CPU (``finish_s``). ``coming``: decisions
-        that arrived and are being planned; as many as there are slots left in its turn
-        join it, each costed as the recent decisions' mean work (``coming_s``)."""
+        relayed generations, which share the CPU (``finish_s``)."""
         decisions, relayed = self._ahead(None, True)
-        among = turns_s(work_s, decisions, self.parallel) + coming_s(
-            coming, len(decisions) + 1, self.parallel, self.mean_work_s
-        )
+        among = turns_s(work_s, decisions, self.parallel)
         return finish_s(among, relayed, self.parallel) if relayed else among
 
     def _paced(self, work_s: float, since: float, paced_s: float) -> tuple[float, float, float]:
@@ -332,18 +312,6 @@ class Admission:
             retry_after_s=max(1, math.ceil(finish - budget)),
         )
 
-    @contextlib.contextmanager
-    def planning(self) -> Iterator[None]:
-        """Around planning a decision: refused at once when crowded (``crowded``), and
-        counted meanwhile, so that a decision admitted now knows the ones arriving with
-        it (``coming_s``)."""
-        self.crowded()
-        self._planning += 1
-        try:
-            yield
-        finally:
-            self._planning -= 1
-
     def crowded(self) -> None:
         """Refuse at once (429), before a request is even planned, when the work admitted
         already keeps any request arriving now past its budget (``budget_s``). Planning a
@@ -375,8 +343,7 @@ class Admission:
                     "or start the proxy with a longer --decision-deadline-s",
                     code="exceeds_deadline",
                 )
-            finish = self._decision_finish_s(work.seconds, self._planning)
-            self.mean_work_s = smoothed(self.mean_work_s, work.seconds)
+            finish = self._decision_finish_s(work.seconds)
             if self._work or self._relayed:  # alone, it is judged by its deadline only
                 budget = self.budget_s()
                 if finish > budget:

@@ -297,15 +297,15 @@ class DecisionService:
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
         rotations = max((len(d) for d in debias.values()), default=1) or 1
-        with self._admission.planning():  # refused before it asks llama-server anything
-            book = await self._reader.book()
-            work, first_prompt = await self._work(
-                [(messages, q) for q in questions.values()],
-                template_kwargs,
-                layout,
-                rotations,
-                bool(contextual),
-            )
+        self._admission.crowded()  # before planning asks llama-server anything
+        book = await self._reader.book()
+        work, first_prompt = await self._work(
+            [(messages, q) for q in questions.values()],
+            template_kwargs,
+            layout,
+            rotations,
+            bool(contextual),
+        )
         # until it has finished, its prompt is one the slots will hold (book.base)
         with book.coming(first_prompt) if first_prompt else contextlib.nullcontext():
             async with self._admission.admit(work):

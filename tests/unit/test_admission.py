@@ -10,8 +10,6 @@ import proxy.admission as admission_module
 from proxy.admission import (
     Admission,
     Work,
-    coming_s,
-    estimate_holder,
     estimated_finish_s,
     finish_s,
     server_timing,
@@ -553,29 +551,3 @@ async def test_a_decision_counts_a_generation_ahead_as_long_as_it_holds_its_slot
         assert finish_s(1.0, admission.ahead(), 4) < 20
     async with admission.admit(Work(100, 1.0)):  # the generations gone: admitted
         pass
-
-
-def test_decisions_still_planned_join_the_turn_of_one_admitted_now():
-    # alone on four slots, three being planned: all three join its turn
-    assert coming_s(3, 1, 4, 2.5) == 7.5
-    # two ahead and itself: one slot left in its turn, whatever more are coming
-    assert coming_s(5, 3, 4, 2.5) == 2.5
-    # its turn full (four with it): the coming ones wait for the next
-    assert coming_s(3, 4, 4, 2.5) == 0.0
-    assert coming_s(3, 5, 4, 2.5) == 7.5
-    assert coming_s(0, 1, 4, 2.5) == 0.0
-    assert coming_s(3, 1, 4, None) == 0.0  # no decision's work known yet
-
-
-async def test_a_decision_admitted_while_others_are_planned_expects_them_beside_it(clock):
-    admission = Admission(max_active=16, max_queued=0, deadline_s=50, retry_after_s=1)
-    holder = estimate_holder()
-    async with admission.admit(Work(100, 2.0)):  # alone: its own 2 s, and 2 s learnt
-        assert holder[1] == 2.0
-    with admission.planning(), admission.planning():  # two more arrived, being planned
-        async with admission.admit(Work(300, 6.0)):
-            # 6 s of its own, and the two in planning at the mean work so far, 2 s each
-            assert holder[1] == 10.0
-    assert admission.mean_work_s == pytest.approx(0.8 * 2.0 + 0.2 * 6.0)
-    async with admission.admit(Work(100, 2.0)):  # nothing being planned any more
-        assert holder[1] == 2.0
