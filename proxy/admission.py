@@ -304,8 +304,8 @@ class Admission:
             limit = f"the {budget:.0f} s it may take beside the decisions admitted before it"
         else:
             limit = (
-                f"the {budget:.0f} s admitted within its {self._deadline_s:g} s deadline "
-                "(a margin for the estimate's error)"
+                f"the {self._deadline_s * _HEADROOM:.0f} s admitted within its "
+                f"{self._deadline_s:g} s deadline (a margin for the estimate's error)"
             )
         return Overloaded(
             f"{what}, it would finish in about {finish:.0f} s, past {limit}; retry later",

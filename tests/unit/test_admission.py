@@ -358,6 +358,13 @@ async def test_a_decision_is_refused_when_it_would_push_one_admitted_before_past
             "beside the decisions admitted before it; retry later"
         )
         assert caught.value.headers()["Retry-After"] == "2"
+        # past the 40 s too: named as such, but it waits until it fits beside the first
+        with pytest.raises(Overloaded) as caught:
+            admission.admit(Work(800, 25.0))
+        assert "finish in about 45 s, past the 40 s admitted within its 50 s deadline" in (
+            caught.value.message
+        )
+        assert caught.value.headers()["Retry-After"] == "15"
         # 20 + 9 = 29 s: admitted
         await stack.enter_async_context(admission.admit(Work(300, 9.0)))
         clock[0] += 10.0  # 20 s on: 20 s left for the first, but never under half the deadline
