@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.probe import free_port  # noqa: E402
-from scripts.stack import UBATCH, start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
+from scripts.stack import CONNECTIONS, UBATCH, start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
 
 __all__ = [
     "free_port",
@@ -85,7 +85,9 @@ def proxy_process(
     """The proxy's URL and its process (for its PID: RSS, /proc); ``ubatch``: the -ub of
     the llama-server before it (``UBATCH``, as ``llama_server`` starts it; None: unknown)."""
     with _serving(
-        lambda port, log: start_proxy(port, upstream_url, extra, log=log, ubatch=ubatch),
+        lambda port, log: start_proxy(
+            port, upstream_url, extra, log=log, ubatch=ubatch, connections=ubatch and CONNECTIONS
+        ),
         timeout_s=30,
     ) as served:
         if ubatch:

@@ -36,7 +36,7 @@ from _machine import describe
 from _servers import _settle, free_port, llama_server_process, standin_process
 from overhead import pct, rotated, run_batch
 
-from scripts.stack import UBATCH, start_proxy, stop, wait_ready
+from scripts.stack import CONNECTIONS, UBATCH, start_proxy, stop, wait_ready
 
 CHAT = orjson.dumps(
     {
@@ -102,7 +102,14 @@ def proxy_with(sink: str, upstream_url: str, ubatch: int | None) -> Iterator[dic
         }[sink]
         out = {"pipe": subprocess.PIPE, "devnull": subprocess.DEVNULL}.get(sink)
         with open(Path(folder) / "log", "wb") as log:
-            proc = start_proxy(port, upstream_url, extra, log=out or log, ubatch=ubatch)
+            proc = start_proxy(
+                port,
+                upstream_url,
+                extra,
+                log=out or log,
+                ubatch=ubatch,
+                connections=ubatch and CONNECTIONS,
+            )
             drained = Drained(proc.stdout) if sink == "pipe" else None
             url = f"http://127.0.0.1:{port}"
             try:

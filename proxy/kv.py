@@ -236,11 +236,22 @@ class SlotBook:
     every slot is leased, decisions wait in arrival order and each freed slot goes
     to the first of them. The prefix scheme also waits for one leased slot when the
     decision reading there will leave ``WAIT_FOR_PREFIX`` tokens more of this prompt
-    in it than any free slot holds: shared work is done once."""
+    in it than any free slot holds: shared work is done once.
 
-    def __init__(self, slots: int | list[int]):
+    ``depth`` 2: a *short* lease (a read of one request whose numbers do not depend on
+    what the slot holds: the prefix scheme's prompts of at most 256 tokens) may also
+    queue behind another short lease of a busy slot, when nobody waits here. Its request
+    then waits in llama-server's own queue, pinned to that slot, and starts in the same
+    batch as the other slots' next reads when the batch before ends, as requests to its
+    chat endpoint do; waiting here, they would reach it one by one after that batch had
+    begun, each starting a smaller one (bench/fresh.py at concurrency 8)."""
+
+    def __init__(self, slots: int | list[int], depth: int = 1):
         ids = list(range(slots)) if isinstance(slots, int) else list(slots)
         self.holds: dict[int, Held | None] = dict.fromkeys(ids)
+        self.depth = depth
+        self._turns = dict.fromkeys(ids, 0)  # leases holding each slot: running, queued
+        self._short: set[int] = set()  # slots whose leases are all short
         self._free = ids
         self._last_use = dict.fromkeys(ids, 0)
         self._uses = 0
@@ -342,10 +353,31 @@ class SlotBook:
             return Held(prompt[:shared], 0)
         return best
 
+    def _behind(self, segment: tuple[int, ...], awaited: int | None) -> int | None:
+        """A busy slot a short lease may queue behind (``depth``): ``awaited`` when it
+        has room, else the one with fewest leases, sharing most of ``segment``, used
+        longest ago; or None."""
+        room = [s for s in self._short if self._turns[s] < self.depth]
+        if awaited is not None:
+            return awaited if awaited in room else None
+        return min(
+            room,
+            key=lambda s: (
+                self._turns[s],
+                -common_prefix(self._reading.get(s, ()), segment),
+                self._last_use[s],
+            ),
+            default=None,
+        )
+
     def _release(self, slot: int) -> None:
+        if self._turns[slot] > 1:  # a short lease queued behind still holds it
+            self._turns[slot] -= 1
+            return
         self._uses += 1
         self._last_use[slot] = self._uses
         self._reading.pop(slot, None)
+        self._short.discard(slot)  # until its next lease says what it is
         queue = self._waiting_for.get(slot)
         while queue:
             waiter = queue.popleft()
@@ -357,20 +389,27 @@ class SlotBook:
             if not waiter.done():
                 waiter.set_result(slot)  # straight to the first in line
                 return
+        self._turns[slot] = 0
         self._free.append(slot)
 
-    def lease(self, segment: tuple[int, ...], *, by_prefix: bool = False) -> _Lease:
+    def lease(
+        self, segment: tuple[int, ...], *, by_prefix: bool = False, short: bool = False
+    ) -> _Lease:
         """``async with book.lease(segment) as slot:`` a slot for one decision: one that
         holds ``segment`` (the segment scheme) or, ``by_prefix``, the longest prefix of
-        ``segment`` (then the prompt), else the one used longest ago."""
-        return _Lease(self, segment, by_prefix)
+        ``segment`` (then the prompt), else the one used longest ago. ``short``: a read
+        of one request that any slot content reads the same (see ``depth``)."""
+        return _Lease(self, segment, by_prefix, short)
 
 
 class _Lease:
-    __slots__ = ("_book", "_segment", "_by_prefix", "_slot")
+    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_slot")
 
-    def __init__(self, book: SlotBook, segment: tuple[int, ...], by_prefix: bool) -> None:
+    def __init__(
+        self, book: SlotBook, segment: tuple[int, ...], by_prefix: bool, short: bool
+    ) -> None:
         self._book, self._segment, self._by_prefix = book, segment, by_prefix
+        self._short = short
 
     async def __aenter__(self) -> int:
         book = self._book
@@ -378,6 +417,12 @@ class _Lease:
         if awaited is None and book._free and not book._waiting:
             self._slot = book._pick(self._segment, self._by_prefix)
             book._free.remove(self._slot)
+            book._turns[self._slot] = 1
+            return self._mark()
+        behind = book._behind(self._segment, awaited) if self._short else None
+        if behind is not None and not book._waiting and not book._waiting_for.get(behind):
+            self._slot = behind  # its request waits in llama-server's queue
+            book._turns[behind] += 1
             return self._mark()
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if awaited is None:
@@ -395,8 +440,13 @@ class _Lease:
         return self._mark()
 
     def _mark(self) -> int:
+        book = self._book
         if self._by_prefix:
-            self._book._reading[self._slot] = self._segment
+            book._reading[self._slot] = self._segment
+        if not self._short:
+            book._short.discard(self._slot)
+        elif book._turns[self._slot] == 1:
+            book._short.add(self._slot)
         return self._slot
 
     async def __aexit__(

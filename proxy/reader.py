@@ -30,9 +30,15 @@ from .kv import (
 from .metrics import Metrics
 from .upstream import Completion, NextToken, Upstream
 
-__all__ = ["Reader", "worker_slots"]
+__all__ = ["Reader", "short", "worker_slots"]
 
 log = logging.getLogger("proxy")
+
+
+def short(prompt: Sequence[int], ubatch: int) -> bool:
+    """Whether a read of ``prompt`` is one request that any slot content reads the same:
+    the prefix scheme's prompts of at most 256 tokens (a ``kv.SlotBook`` short lease)."""
+    return ubatch > 0 and len(prompt) <= LONE_ROW_CELLS
 
 
 def worker_slots(total: int, index: int, workers: int) -> list[int]:
@@ -85,6 +91,7 @@ class Reader:
                 lanes = getattr(self._upstream, "lanes", None)
                 if lanes is not None:  # a stand-in upstream in unit tests has none
                     lanes.follow_slots(self._book.size, self)
+                    self._book.depth = lanes.per_slot
                 self._on_fresh()
         epoch = getattr(self._upstream, "epoch", 0)
         if epoch != self._epoch:  # llama-server came back: its slots and kernels are new
@@ -118,6 +125,8 @@ class Reader:
         the slot holds some prefix of what was sent, each row canonical, so the next read
         there reads on whatever llama-server reuses of it (``_resume``), and reads the last
         token again alone when it did not go alone the first time."""
+        if short(prompt, ubatch):
+            return await self._read_short(book, slot, prompt, s_len, width, grammar)
         spent = restarts = 0
         held = book.holds[slot]
         if ubatch and held is not None and held.partial:
@@ -165,6 +174,31 @@ class Reader:
         if self._metrics:
             self._metrics.unrepeatable_reads.inc()
         return done.read, spent + done.read.prompt_evaluated
+
+    async def _read_short(
+        self,
+        book: SlotBook,
+        slot: int,
+        prompt: tuple[int, ...],
+        s_len: int,
+        width: int,
+        grammar: str,
+    ) -> tuple[NextToken, int]:
+        """A prompt of at most 256 tokens on the prefix scheme: one request that reuses
+        whatever prefix the slot holds, the last row included in the per-row kernel. No
+        row within the first 256 cells goes through another kernel, whoever evaluated it
+        (docs/repeatability.md), so the read is canonical whatever llama-server reuses:
+        nothing is checked, and it may have waited behind another read of the slot."""
+        try:
+            done = await self.complete(
+                prompt, slot=slot, cache=True, n_probs=width, grammar=grammar
+            )
+        except BaseException:
+            book.holds[slot] = Held(prompt, 0, partial=True)
+            raise
+        whole = done.cached + done.read.prompt_evaluated == len(prompt)
+        book.holds[slot] = Held(prompt, s_len) if whole else None
+        return done.read, done.read.prompt_evaluated
 
     async def _resume(
         self,

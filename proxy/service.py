@@ -53,7 +53,7 @@ from .kv import Held, common_prefix, plan, plan_prefix
 from .metrics import Metrics, after_reply
 from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
 from .prompt_cache import PromptCache
-from .reader import Reader
+from .reader import Reader, short
 from .upstream import ModelInfo, NextToken, Upstream
 
 __all__ = ["Answered", "Asked", "DecisionService", "Outcome", "read_widths"]
@@ -584,7 +584,8 @@ class DecisionService:
         first: NextToken | None = None
         book = await self._reader.book()
         segment = (tokens[0] if ubatch else tokens[0][: tokens[1]]) if tokens else ()
-        async with book.lease(segment, by_prefix=bool(ubatch)) as slot:
+        queued = tokens is not None and short(tokens[0], ubatch)
+        async with book.lease(segment, by_prefix=bool(ubatch), short=queued) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None

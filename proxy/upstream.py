@@ -128,6 +128,12 @@ class Lanes:
             self.slot_size = size
             self.slot = asyncio.Semaphore(size)
 
+    @property
+    def per_slot(self) -> int:
+        """Calls the slot lane has room for per slot, at most 2: with 2, a read can wait
+        in llama-server's queue behind another of its slot (``kv.SlotBook.depth``)."""
+        return max(1, min(2, self.slot_size // max(1, sum(self._slots.values()))))
+
     def for_path(self, path: str) -> asyncio.Semaphore:
         return self.quick if path.split("?", 1)[0] in _QUICK_PATHS else self.slot
 

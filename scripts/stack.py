@@ -42,7 +42,10 @@ from scripts.prepare import choose_llama_server, ensure_model, gpu_requested  # 
 from scripts.probe import explain_exit, log_tail, offloaded_layers  # noqa: E402
 
 __all__ = [
+    "CONNECTIONS",
+    "HTTP_THREADS",
     "LLAMA_FLAGS",
+    "SLOTS",
     "UBATCH",
     "ServerExited",
     "Supervised",
@@ -59,9 +62,18 @@ __all__ = [
 # prompt-cache reuse per slot; physical batches of 63 tokens, so that any prefix a slot
 # holds reads as a cold one would (docs/repeatability.md); no host-memory prompt cache,
 # which would move saved states between slots under the proxy's reads; --metrics so
-# Prometheus can scrape llama-server too.
+# Prometheus can scrape llama-server too. HTTP threads for two calls per slot (one
+# running, one waiting in llama-server's queue to start in the next batch), the proxy's
+# 2 rendering and tokenising calls, its health check and one for a person's curl; the
+# proxy is told to use all but that one (``CONNECTIONS``; docs/operations.md).
 UBATCH = 63
-LLAMA_FLAGS = ["-np", "4", "-c", "32768", "-ub", str(UBATCH), "-cram", "0", "--metrics"]
+SLOTS = 4
+HTTP_THREADS = 2 * SLOTS + 4
+CONNECTIONS = HTTP_THREADS - 1
+LLAMA_FLAGS = [
+    *("-np", str(SLOTS), "-c", "32768", "-ub", str(UBATCH), "-cram", "0", "--metrics"),
+    *("--threads-http", str(HTTP_THREADS)),
+]
 ROOT = Path(__file__).resolve().parent.parent
 _BACKOFF_S = (1, 2, 4, 8, 16)
 _STABLE_S = 60.0  # a process up this long has recovered: its crash count starts again
@@ -124,9 +136,13 @@ def start_proxy(
     log=None,
     env: dict[str, str] | None = None,
     ubatch: int | None = None,
+    connections: int | None = None,
 ) -> subprocess.Popen:
     """The proxy in front of ``upstream_url``; ``ubatch``: that llama-server's ``-ub``
-    (``UBATCH`` for one started by ``start_llama_server``), told to the proxy."""
+    (``UBATCH`` for one started by ``start_llama_server``), told to the proxy;
+    ``connections``: the calls it may have in flight there (``CONNECTIONS`` for one
+    started by ``start_llama_server``), unless ``extra`` says."""
+    told = any(a.startswith("--max-connections") for a in extra or [])
     cmd = [
         sys.executable,
         "-m",
@@ -136,6 +152,7 @@ def start_proxy(
         "--upstream-url",
         upstream_url,
         *(["--upstream-ubatch", str(ubatch)] if ubatch else []),
+        *(["--max-connections", str(connections)] if connections and not told else []),
         *(extra or []),
     ]
     return subprocess.Popen(
@@ -332,7 +349,11 @@ def main() -> int:
     proxy = Supervised(
         "the proxy",
         lambda log: start_proxy(
-            proxy_port, f"http://127.0.0.1:{llama_port}", log=log, ubatch=UBATCH
+            proxy_port,
+            f"http://127.0.0.1:{llama_port}",
+            log=log,
+            ubatch=UBATCH,
+            connections=CONNECTIONS,
         ),
         f"http://127.0.0.1:{proxy_port}/health",
         lambda rc, log: f"exited with {rc}; its output ends:\n{log_tail(log)}",

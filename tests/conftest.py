@@ -14,6 +14,7 @@ import pytest
 from scripts.prepare import ensure_llama_server, ensure_model
 from scripts.probe import free_port
 from scripts.stack import (
+    CONNECTIONS,
     UBATCH,
     file_tail,
     llama_exit_reason,
@@ -114,8 +115,15 @@ def launch_proxy(logs_dir: Path, upstream_url: str, *extra: str, env: dict[str, 
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PROXY_", "UPSTREAM_"))}
     told = "--upstream-ubatch" in extra or "PROXY_UPSTREAM_UBATCH" in (env or {})
     ubatch = UBATCH if upstream_url in _STARTED and not told else None
+    ours = upstream_url in _STARTED  # started with LLAMA_FLAGS: room for CONNECTIONS
     proc = start_proxy(
-        port, upstream_url, list(extra), log=log, env={**clean, **(env or {})}, ubatch=ubatch
+        port,
+        upstream_url,
+        list(extra),
+        log=log,
+        env={**clean, **(env or {})},
+        ubatch=ubatch,
+        connections=CONNECTIONS if ours else None,
     )
     try:
         wait_ready(

@@ -257,8 +257,9 @@ async def test_the_prefix_scheme_reads_a_new_conversation_in_one_request():
     await service.decide([{"role": "user", "content": "Ticket 1001: late parcel"}], question)
     first = up.requests[:]
     await service.decide([{"role": "user", "content": "Ticket 1002: charged twice"}], question)
-    ((slot, sent, cache, reused, evaluated),) = first  # one request, from position 0
-    assert (cache, reused, evaluated) == (False, 0, len(sent))
+    # one request, reusing whatever the slot holds (nothing: all of it evaluated)
+    ((slot, sent, cache, reused, evaluated),) = first
+    assert (cache, reused, evaluated) == (True, 0, len(sent))
     # the second conversation lands in the same slot and reuses the prefix it holds
     ((slot2, sent2, cache2, reused2, evaluated2),) = up.requests[len(first) :]
     shared = common_prefix(sent, sent2)
