@@ -73,12 +73,24 @@ if [ "$proxy_ubatch" != 0 ] && [ "$proxy_ubatch" != "$llama_ubatch" ]; then
     exit 64
 fi
 
+# llama-server's HTTP threads: two calls per slot (one running, one waiting in its queue to
+# start with the next batch) and 4 more; the proxy may use all but one (docs/operations.md)
+llama_parallel="${LLAMA_ARG_N_PARALLEL:-4}"
+case "$llama_parallel" in
+    "" | 0* | *[!0-9]*)
+        echo "single-entrypoint: LLAMA_ARG_N_PARALLEL=$llama_parallel is not a slot count" >&2
+        exit 64 ;;
+esac
+llama_threads_http="${LLAMA_ARG_THREADS_HTTP:-$((2 * llama_parallel + 4))}"
+proxy_connections="${PROXY_MAX_CONNECTIONS:-$((llama_threads_http - 1))}"
+
 SEMIF_RUN_DIR="${SEMIF_RUN_DIR:-/tmp}"
 SEMIF_LLAMA_COMMAND="env -u SAGEMAKER_BIND_TO_PORT LLAMA_ARG_HOST=127.0.0.1 \
 LLAMA_ARG_PORT=$llama_port LLAMA_ARG_UBATCH=$llama_ubatch LLAMA_ARG_CACHE_RAM=$llama_cache_ram \
-${SEMIF_LLAMA_ENTRYPOINT:-/usr/local/bin/llama-entrypoint.sh}"
+LLAMA_ARG_THREADS_HTTP=$llama_threads_http ${SEMIF_LLAMA_ENTRYPOINT:-/usr/local/bin/llama-entrypoint.sh}"
 SEMIF_PROXY_COMMAND="env PROXY_PORT=$proxy_port UPSTREAM_URL=http://127.0.0.1:$llama_port \
-PROXY_UPSTREAM_UBATCH=$proxy_ubatch ${SEMIF_PROXY_ENTRYPOINT:-/usr/local/bin/proxy-entrypoint.sh}"
+PROXY_UPSTREAM_UBATCH=$proxy_ubatch PROXY_MAX_CONNECTIONS=$proxy_connections \
+${SEMIF_PROXY_ENTRYPOINT:-/usr/local/bin/proxy-entrypoint.sh}"
 export SEMIF_RUN_DIR SEMIF_LLAMA_COMMAND SEMIF_PROXY_COMMAND
 
 echo "single-entrypoint: proxy on port $proxy_port, llama-server on 127.0.0.1:$llama_port" \

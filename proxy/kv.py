@@ -43,6 +43,7 @@ import collections
 import contextlib
 import math
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -252,6 +253,7 @@ class SlotBook:
         self.depth = depth
         self._turns = dict.fromkeys(ids, 0)  # leases holding each slot: running, queued
         self._short: set[int] = set()  # slots whose leases are all short
+        self._queueable: weakref.WeakSet[asyncio.Future[int]] = weakref.WeakSet()  # short waiters
         self._free = ids
         self._last_use = dict.fromkeys(ids, 0)
         self._uses = 0
@@ -373,6 +375,16 @@ class SlotBook:
     def _release(self, slot: int) -> None:
         if self._turns[slot] > 1:  # a short lease queued behind still holds it
             self._turns[slot] -= 1
+            # room behind it again: for the first in line, when that is a short lease
+            for queue in (self._waiting_for.get(slot), self._waiting):
+                while queue and queue[0].done():
+                    queue.popleft()
+                if queue and queue[0] in self._queueable:
+                    self._turns[slot] += 1
+                    queue.popleft().set_result(slot)
+                    return
+                if queue:
+                    return
             return
         self._uses += 1
         self._last_use[slot] = self._uses
@@ -425,6 +437,8 @@ class _Lease:
             book._turns[behind] += 1
             return self._mark()
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self._short:
+            book._queueable.add(waiter)
         if awaited is None:
             book._waiting.append(waiter)
         else:

@@ -108,7 +108,9 @@ class Lanes:
     ``-np + 2``, plus one for the health check.
 
     ``max_connections`` (``--max-connections``), when set, fixes the slot lane at that
-    many less the quick lane's; otherwise it follows the slots (``follow_slots``)."""
+    many less the quick lane's; otherwise it follows the slots (``follow_slots``). A slot
+    lane of two calls per slot (our launches raise ``--threads-http`` to match) lets a
+    read wait in llama-server's queue behind another of its slot (``per_slot``)."""
 
     def __init__(self, max_connections: int = 0):
         self.quick = asyncio.Semaphore(_QUICK_CALLS)

@@ -204,3 +204,35 @@ def test_single_image_ports_come_from_what_sagemaker_documents(tmp_path: Path, e
 def test_single_image_refuses_one_port_for_both(tmp_path: Path, env):
     code, ports = single(env, tmp_path)
     assert code == 64 and ports is None
+
+
+@pytest.mark.parametrize(
+    ("env", "threads", "connections"),
+    [
+        ({}, "12", "11"),  # 4 slots: two calls each, the quick lane, health, one spare
+        ({"LLAMA_ARG_N_PARALLEL": "2"}, "8", "7"),
+        ({"LLAMA_ARG_THREADS_HTTP": "20"}, "20", "19"),
+        ({"PROXY_MAX_CONNECTIONS": "6"}, "12", "6"),
+    ],
+)
+def test_single_image_gives_llama_server_two_http_threads_per_slot(
+    tmp_path: Path, env, threads, connections
+):
+    code, _, seen = run(SINGLE, ["serve"], {"SUPERVISORD": str(tmp_path / "fake"), **env}, tmp_path)
+    assert code == 0 and seen is not None
+    llama = dict(w.split("=", 1) for w in seen["SEMIF_LLAMA_COMMAND"].split() if "=" in w)
+    proxy = dict(w.split("=", 1) for w in seen["SEMIF_PROXY_COMMAND"].split() if "=" in w)
+    assert (llama["LLAMA_ARG_THREADS_HTTP"], proxy["PROXY_MAX_CONNECTIONS"]) == (
+        threads,
+        connections,
+    )
+
+
+def test_single_image_refuses_a_slot_count_that_is_not_one(tmp_path: Path):
+    code, _, seen = run(
+        SINGLE,
+        ["serve"],
+        {"SUPERVISORD": str(tmp_path / "fake"), "LLAMA_ARG_N_PARALLEL": "four"},
+        tmp_path,
+    )
+    assert code == 64 and seen is None

@@ -348,3 +348,65 @@ def test_base_prefers_what_a_slot_holds_when_it_is_no_less_than_what_is_coming()
     book.holds[0] = Held(STATE[:1400], 0)
     with book.coming(_asked(0)):  # 104 tokens more than held: under WAIT_FOR_PREFIX (128)
         assert book.base(_asked(1)) == Held(STATE[:1400], 0)
+
+
+async def test_a_short_lease_queues_behind_a_short_one_and_no_deeper():
+    book = SlotBook(1, depth=2)
+    first = book.lease((1, 2), by_prefix=True, short=True)
+    second = book.lease((1, 3), by_prefix=True, short=True)
+    assert await first.__aenter__() == 0
+    assert await second.__aenter__() == 0  # at once: its request waits in llama-server
+    third = asyncio.ensure_future(book.lease((1, 4), by_prefix=True, short=True).__aenter__())
+    await asyncio.sleep(0)
+    assert not third.done()  # two per slot at most
+    await first.__aexit__(None, None, None)  # the slot has room behind the second again
+    assert await asyncio.wait_for(third, 1) == 0
+    await second.__aexit__(None, None, None)
+    assert book._free == [] and book._turns[0] == 1  # the third still holds it
+
+
+async def test_nothing_queues_behind_a_lease_that_is_not_short():
+    book = SlotBook(1, depth=2)
+    long = book.lease((1, 2), by_prefix=True)  # several requests: the slot is its own
+    await long.__aenter__()
+    short = asyncio.ensure_future(book.lease((1, 3), by_prefix=True, short=True).__aenter__())
+    await asyncio.sleep(0)
+    assert not short.done()
+    await long.__aexit__(None, None, None)
+    assert await asyncio.wait_for(short, 1) == 0
+
+
+async def test_a_lease_that_is_not_short_waits_for_every_read_queued_in_the_slot():
+    book = SlotBook(1, depth=2)
+    a, b = (book.lease((i,), by_prefix=True, short=True) for i in (1, 2))
+    await a.__aenter__()
+    await b.__aenter__()
+    long = asyncio.ensure_future(book.lease((3,), by_prefix=True).__aenter__())
+    late = asyncio.ensure_future(book.lease((4,), by_prefix=True, short=True).__aenter__())
+    await asyncio.sleep(0)
+    await a.__aexit__(None, None, None)
+    await asyncio.sleep(0)
+    assert not long.done() and not late.done()  # the short one does not pass the long one
+    await b.__aexit__(None, None, None)
+    assert await asyncio.wait_for(long, 1) == 0
+    await asyncio.sleep(0)
+    assert not late.done()
+
+
+async def test_with_depth_one_a_short_lease_waits_as_any_other():
+    book = SlotBook(1)
+    first = book.lease((1,), by_prefix=True, short=True)
+    await first.__aenter__()
+    second = asyncio.ensure_future(book.lease((2,), by_prefix=True, short=True).__aenter__())
+    await asyncio.sleep(0)
+    assert not second.done()
+    await first.__aexit__(None, None, None)
+    assert await asyncio.wait_for(second, 1) == 0
+
+
+async def test_a_short_lease_queues_behind_the_slot_with_fewest_then_most_of_its_prompt():
+    book = SlotBook(2, depth=2)
+    await book.lease((1, 2, 3), by_prefix=True, short=True).__aenter__()
+    await book.lease((7, 8, 9), by_prefix=True, short=True).__aenter__()
+    assert await book.lease((7, 8, 5), by_prefix=True, short=True).__aenter__() == 1
+    assert await book.lease((7, 8, 6), by_prefix=True, short=True).__aenter__() == 0

@@ -268,6 +268,22 @@ async def test_the_prefix_scheme_reads_a_new_conversation_in_one_request():
     assert up.tokenized == 2  # one /tokenize per new prompt: no segment tokenised apart
 
 
+async def test_a_short_prompt_on_the_prefix_scheme_takes_whatever_its_slot_holds():
+    # within the first 256 cells every row goes through one kernel, whoever evaluated it
+    # (docs/repeatability.md): a slot changed under the proxy's record is no reason to read
+    # again, and a read queued behind another one in its slot cannot know what it will find
+    up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 2)
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    question = choice_question(["x", "y"])
+    convo = [{"role": "user", "content": "Ticket 1001: late parcel"}]
+    first = await service.decide(convo, question)
+    ((slot, sent, *_),) = up.requests
+    up.slots[slot] = sent[:5] + [0] * 20  # someone else's tokens after the first five
+    again = await service.decide(convo, question)
+    assert up.requests[1] == (slot, sent, True, 5, len(sent) - 5)  # one request, no restart
+    assert again.decision.probabilities == first.decision.probabilities
+
+
 async def test_the_prefix_scheme_reads_a_long_prompt_as_all_but_the_last_then_the_last():
     up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 2)
     service = DecisionService(up, n_probs=8, ubatch=63)
