@@ -33,7 +33,9 @@ tokens: all but its last token, then the last alone, as a replay reads it), and 
 template's opening, a system turn, a classifier's fixed part or a System One state
 are reused wherever a slot holds them. The proxy only keeps the lone rows out: the
 last row of a long read (kept out of a longer prompt's prefix), and a request's
-last physical batch of one token.
+last physical batch of one token. A prompt of at most 256 tokens has no row outside
+the per-row kernel whatever its slot holds, so its one request is not checked
+against the slot's record and may queue behind another such read (``SlotBook.depth``).
 """
 
 from __future__ import annotations
