@@ -153,7 +153,7 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "max_connections": (
         "PROXY_MAX_CONNECTIONS",
         "calls in flight to llama-server at once, 2 of them for rendering and tokenising "
-        "(0: its slots + 2, within its HTTP threads)",
+        "(0: its slots + 2, within its HTTP threads; --workers share it)",
     ),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
     "model_aliases": (

@@ -186,6 +186,10 @@ def _worker(
         settings,
         max_active_decisions=share(settings.max_active_decisions, n, index, least=1),
         max_queued_decisions=share(settings.max_queued_decisions, n, index),
+        # the calls in flight to llama-server, when fixed, are shared too (its HTTP threads)
+        max_connections=(
+            share(settings.max_connections, n, index, least=3) if settings.max_connections else 0
+        ),
     )
     app = create_app(
         mine,
