@@ -49,12 +49,17 @@ if [ "$llama_port" = "$proxy_port" ]; then
     exit 64
 fi
 
+# exit 64 unless $2 is a whole number above 0; $1 names the variable, $3 says what it is
+positive() {
+    case "$2" in
+        "" | 0* | *[!0-9]*)
+            echo "single-entrypoint: $1=$2 is not $3" >&2
+            exit 64 ;;
+    esac
+}
+
 llama_ubatch="${LLAMA_ARG_UBATCH:-63}"
-case "$llama_ubatch" in
-    "" | 0* | *[!0-9]*)
-        echo "single-entrypoint: LLAMA_ARG_UBATCH=$llama_ubatch is not a batch size" >&2
-        exit 64 ;;
-esac
+positive LLAMA_ARG_UBATCH "$llama_ubatch" "a batch size"
 llama_cache_ram="${LLAMA_ARG_CACHE_RAM:-0}"
 case "$llama_cache_ram" in
     0 | -1) ;;
@@ -76,12 +81,9 @@ fi
 # llama-server's HTTP threads: two calls per slot (one running, one waiting in its queue to
 # start with the next batch) and 4 more; the proxy may use all but one (docs/operations.md)
 llama_parallel="${LLAMA_ARG_N_PARALLEL:-4}"
-case "$llama_parallel" in
-    "" | 0* | *[!0-9]*)
-        echo "single-entrypoint: LLAMA_ARG_N_PARALLEL=$llama_parallel is not a slot count" >&2
-        exit 64 ;;
-esac
+positive LLAMA_ARG_N_PARALLEL "$llama_parallel" "a slot count"
 llama_threads_http="${LLAMA_ARG_THREADS_HTTP:-$((2 * llama_parallel + 4))}"
+positive LLAMA_ARG_THREADS_HTTP "$llama_threads_http" "a thread count"
 proxy_connections="${PROXY_MAX_CONNECTIONS:-$((llama_threads_http - 1))}"
 
 SEMIF_RUN_DIR="${SEMIF_RUN_DIR:-/tmp}"
