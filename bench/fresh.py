@@ -31,8 +31,12 @@ Budgets: the proxy at least 1.5x faster than ``chat``, and no slower than ``by-h
 plus one one-token read.
 
 Prints, per concurrency, p50 and throughput of each target over all rounds (each
-round sends every ticket once to each target, in rotating order), the ratios with
-the lowest and highest round's, and whether each budget holds.
+round sends every ticket once to each target, in rotating order: at concurrency 1 ticket
+by ticket, above it target by target), the ratios with the lowest and highest round's,
+and whether each budget holds. At concurrency 1 also the proxy's latency minus each
+other target's for the same ticket: the tickets' lengths spread the latencies widely,
+so the difference of two p50s moves with which ticket each median lands on, where the
+ticket-by-ticket difference does not.
 """
 
 from __future__ import annotations
@@ -156,9 +160,24 @@ async def labels_of(proxy_url: str, body: bytes) -> list[str]:
 
 
 async def measure(targets, tickets, rounds: int, concurrency: int, numbers) -> dict[str, list]:
+    """Per target, one (latencies, wall time) per round. At concurrency 1 each ticket goes
+    to every target in turn (rotating order) before the next ticket, so the targets'
+    latencies pair ticket by ticket and drift between tickets falls on all of them; the
+    wall time is then the sum of the latencies. Above 1, each target sends the round's
+    tickets in one block."""
     out: dict[str, list] = {name: [] for name in targets}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
         for i in range(rounds):
+            if concurrency == 1:
+                latencies: dict[str, list[float]] = {name: [] for name in targets}
+                for j, ticket in enumerate(tickets):
+                    for name in rotated(list(targets), i + j):
+                        url, make = targets[name]
+                        (took,), _ = await send_all(session, url, [make(next(numbers), ticket)], 1)
+                        latencies[name].append(took)
+                for name, lat in latencies.items():
+                    out[name].append((lat, sum(lat)))
+                continue
             for name in rotated(list(targets), i):
                 url, make = targets[name]
                 bodies = [make(next(numbers), ticket) for ticket in tickets]
@@ -188,6 +207,18 @@ def report(results: dict[int, dict[str, list]], budgets) -> None:
                 print(
                     f"  proxy/{other} {what}: {rows['proxy'][k] / rows[other][k]:.3f} "
                     f"(rounds {min(ratios):.3f}-{max(ratios):.3f})"
+                )
+        if concurrency == 1:  # the same ticket through each target, one after the other
+            for other in (n for n in measured if n not in ("proxy", "one-token")):
+                diffs = [
+                    (p - c) * 1e3
+                    for (mine, _), (theirs, _) in zip(measured["proxy"], measured[other])
+                    for p, c in zip(mine, theirs)
+                ]
+                q1, mid, q3 = statistics.quantiles(diffs, n=4)
+                print(
+                    f"  proxy - {other}, ticket by ticket: median {mid:+.1f} ms "
+                    f"(quartiles {q1:+.1f} to {q3:+.1f}; n = {len(diffs)})"
                 )
         for line in budgets(rows, concurrency):
             print("  " + line)
