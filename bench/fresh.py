@@ -34,9 +34,9 @@ Prints, per concurrency, p50 and throughput of each target over all rounds (each
 round sends every ticket once to each target, in rotating order: at concurrency 1 ticket
 by ticket, above it target by target), the ratios with the lowest and highest round's,
 and whether each budget holds. At concurrency 1 also the proxy's latency minus each
-other target's for the same ticket: the tickets' lengths spread the latencies widely,
-so the difference of two p50s moves with which ticket each median lands on, where the
-ticket-by-ticket difference does not.
+other target's for the same ticket. (Sent target by target at concurrency 1, each
+target's rounds met the machine's drift at their own times: the p50 difference of three
+runs of one command moved from -21 to +57 ms; docs/performance.md.)
 """
 
 from __future__ import annotations
