@@ -49,6 +49,18 @@ def worker_slots(total: int, index: int, workers: int) -> list[int]:
     return mine or [index % total]
 
 
+def _found(sent: tuple[int, ...], s_len: int, done: Completion, ubatch: int) -> Held | None:
+    """What a slot holds after a request that reused other than its plan said (someone
+    else's request changed the slot): on the prefix scheme, when what it reused lies within
+    the first 256 cells, ``sent``, each row canonical (no row there goes through another
+    kernel, whoever evaluated it; the rows it evaluated itself as any request does, its
+    last alone past 256 cells when it went alone); else unknown (None)."""
+    got = Step(len(sent), True, done.cached, done.read.prompt_evaluated)
+    if not ubatch or got.cached > LONE_ROW_CELLS or got.cached + got.evaluated != got.length:
+        return None
+    return Held(sent, s_len, lone_last(got, ubatch))
+
+
 class Reader:
     """``ubatch``: llama-server's physical batch, when known and small enough for the
     prefix scheme; 0: the segment scheme. ``on_fresh`` is called when the slots are first
@@ -118,8 +130,10 @@ class Reader:
     ) -> tuple[NextToken, int]:
         """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
         and the tokens evaluated for it. A slot found changed under the read (llama-server
-        reused other than expected) starts it again from a cold shared segment; if that
-        happens twice, the read is made as it comes and counted as unrepeatable.
+        reused other than expected) starts it again: the prefix scheme on what that request
+        left when it reused no more than the first 256 cells (``_found``), else from a cold
+        shared segment; if that happens twice, the read is made as it comes and counted as
+        unrepeatable.
 
         The prefix scheme keeps the work of a read cut short (a deadline, a client gone):
         the slot holds some prefix of what was sent, each row canonical, so the next read
@@ -156,7 +170,7 @@ class Reader:
                     raise
                 spent += done.read.prompt_evaluated
                 if (done.cached, done.read.prompt_evaluated) != (step.cached, step.evaluated):
-                    book.holds[slot] = None
+                    book.holds[slot] = _found(sent, s_len, done, ubatch)
                     restarts += 1
                     break
                 book.holds[slot] = Held(sent, s_len, ubatch > 0 and lone_last(step, ubatch))

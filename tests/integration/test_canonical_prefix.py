@@ -1,7 +1,8 @@
 """The prefix scheme on the real llama-server (-ub 63, proxy/kv.py): a new conversation
 is read in one request (two past 256 tokens), whatever prefix its slot holds, and gives
 the same probabilities bit for bit read cold, after another conversation with the same
-opening, after a relayed chat request used the slot, and after a llama-server restart;
+opening, after someone else's request or a relayed chat request used the slot, and after
+a llama-server restart;
 the self-check reads a known prompt four ways and reports the result."""
 
 from __future__ import annotations
@@ -97,6 +98,20 @@ def test_a_new_conversation_reads_the_same_whatever_its_slot_held(own_stack, log
     _decide(url, 1002, text[::-1])
     again = _decide(url, 1001, text)
     seen["after another conversation"] = again["semif"]["probabilities"]
+    # someone else's request straight to llama-server in every slot, sharing the opening
+    # (within the first 256 cells): a long read goes on from what its request left there
+    slots = httpx.get(server.url + "/props", timeout=30).json()["total_slots"]
+    for slot in range(slots):
+        other = {
+            "messages": [{"role": "user", "content": f"Ticket 1001: {SHORT[::-1]}"}],
+            "max_tokens": 1,
+            "id_slot": slot,
+        }
+        assert httpx.post(server.url + "/v1/chat/completions", json=other, timeout=120)
+    found = _decide(url, 1001, text)
+    seen["after someone else's request"] = found["semif"]["probabilities"]
+    # its opening reused, the rest evaluated once: not again from position 0
+    assert found["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, found["usage"]
     # a relayed chat request that starts like ours and generates into a slot
     relayed = {
         "messages": [{"role": "user", "content": f"Ticket 1001: {text}"}],

@@ -302,6 +302,32 @@ SAME = {49: -0.5, 51: -1.25, 52: -2.0}
 MOVED = {49: -0.5, 51: -1.2500001, 52: -2.0}  # one float differs in its last digits
 
 
+@pytest.mark.parametrize("foreign", [5, 256, 257, 300])
+async def test_a_long_prompt_on_a_changed_slot_reads_on_from_rows_within_256_cells(foreign):
+    # someone else's request left the slot holding the first ``foreign`` tokens of the
+    # prompt, then other tokens: rows within the first 256 cells went through the per-row
+    # kernel whoever evaluated them, so the read goes on from what its own request left;
+    # past them a row of theirs may have gone alone, so the read starts from position 0
+    up = RecordedUpstream([SAME] * 3)
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    question, convo = choice_question(["x", "y"]), [{"role": "user", "content": "w" * 400}]
+    first = await service.decide(convo, question)
+    (slot, sent, *_) = up.requests[-1]
+    n, before = len(sent), len(up.requests)
+    up.slots[slot] = sent[:foreign] + [0] * 20
+    again = await service.decide(convo, question)
+    planned = (slot, sent, True, foreign, n - foreign)  # a replay planned, this found
+    if foreign <= 256:  # then the last row alone, as a replay reads it
+        assert up.requests[before:] == [planned, (slot, sent, True, n - 1, 1)]
+    else:  # all but the last from position 0, then the last alone
+        assert up.requests[before:] == [
+            planned,
+            (slot, sent[:-1], False, 0, n - 1),
+            (slot, sent, True, n - 1, 1),
+        ]
+    assert again.decision == first.decision and up.widths == [8, 8, 8]
+
+
 async def test_the_self_check_passes_when_every_way_reads_the_same():
     up = RecordedUpstream([SAME] * 6)  # four reads of the known prompt, two of others
     check = await DecisionService(up, n_probs=8, ubatch=63).check()
