@@ -298,6 +298,37 @@ async def test_the_prefix_scheme_reads_a_long_prompt_as_all_but_the_last_then_th
     assert up.requests[-1][2:] == (True, len(b) - 1, 1) and len(up.requests) == 3
 
 
+async def test_a_changed_slot_whose_last_row_went_alone_is_not_built_on():
+    # the first request of a new long read finds its slot changed, and evaluates what is
+    # left in pieces of 63 whose last is one token past 256 cells: that row went alone,
+    # so what follows drops it and evaluates it again with another (kv.plan_prefix)
+    question = choice_question(["x", "y"])
+    before_it, convo = (
+        [{"role": "user", "content": "w" * 400}],
+        [{"role": "user", "content": "w" * 300 + "v" * 100}],
+    )
+    untouched = RecordedUpstream([SAME] * 2)  # the same two decisions, nobody meddling
+    quiet = DecisionService(untouched, n_probs=8, ubatch=63)
+    await quiet.decide(before_it, question)
+    start = len(untouched.requests)
+    await quiet.decide(convo, question)
+    (slot, step, *_), prompt = untouched.requests[start], untouched.requests[-1][1]
+    length = len(step)  # the plan's first request
+    found = length - 1 - 63 * math.ceil((length - 1 - 256) / 63)  # at most 256
+    up = RecordedUpstream([SAME] * 2)
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    await service.decide(before_it, question)
+    up.slots[slot] = prompt[:found] + [0] * 20  # someone else's tokens after ``found``
+    start = len(up.requests)
+    out = await service.decide(convo, question)
+    mismatched, after, *_, last = up.requests[start:]
+    assert mismatched == (slot, step, True, found, length - found)
+    assert (length - found - 1) % 63 == 0 and length > 256  # its last row went alone
+    assert after[3] <= length - 1  # what follows is not built on that row
+    assert last == (slot, prompt, True, len(prompt) - 1, 1)
+    assert out.reads == 1
+
+
 SAME = {49: -0.5, 51: -1.25, 52: -2.0}
 MOVED = {49: -0.5, 51: -1.2500001, 52: -2.0}  # one float differs in its last digits
 
