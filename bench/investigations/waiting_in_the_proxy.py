@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fresh  # noqa: E402
 from _machine import describe  # noqa: E402
 from _servers import llama_server_process, proxy_process  # noqa: E402
-from overhead import PATH, PROXY_BODY, run_batch  # noqa: E402
+from overhead import PATH, PROXY_BODY, pct, run_batch  # noqa: E402
 
 
 def decodes(llama_url: str) -> float:
@@ -94,11 +94,9 @@ async def replay(urls: dict[str, str], requests: int, rounds: int) -> None:
                 totals[name][1] += wall
                 totals[name][2] += latencies
     for name, (n, wall, latencies) in totals.items():
-        latencies.sort()
         print(
             f"  replay, {name}: {n / wall:.1f} req/s, p50 "
-            f"{statistics.median(latencies) * 1e3:.1f} ms, p99 "
-            f"{latencies[int(len(latencies) * 0.99)] * 1e3:.1f} ms"
+            f"{statistics.median(latencies) * 1e3:.1f} ms, p99 {pct(latencies, 99) * 1e3:.1f} ms"
         )
 
 
