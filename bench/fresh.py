@@ -30,13 +30,16 @@ slot keeps), the ticket as the user turn, a one-token grammar and logprobs;
 Budgets: the proxy at least 1.5x faster than ``chat``, and no slower than ``by-hand``
 plus one one-token read.
 
-Prints, per concurrency, p50 and throughput of each target over all rounds (each
+Prints, per concurrency, p50, mean, p90 and throughput of each target over all rounds (each
 round sends every ticket once to each target, in rotating order: at concurrency 1 ticket
 by ticket, above it target by target), the ratios with the lowest and highest round's,
 and whether each budget holds. At concurrency 1 also the proxy's latency minus each
-other target's for the same ticket. (Sent target by target at concurrency 1, each
-target's rounds met the machine's drift at their own times: the p50 difference of three
-runs of one command moved from -21 to +57 ms; docs/performance.md.)
+other target's for the same ticket; above it the ratio of mean latencies (with a fixed
+number of requests in flight the mean is that number over the throughput, so it moves
+with the throughput; the p50 also moves with the order in which queued requests start).
+(Sent target by target at concurrency 1, each target's rounds met the machine's drift at
+their own times: the p50 difference of three runs of one command moved from -21 to +57
+ms; docs/performance.md.)
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import httpx
 import orjson
 from _machine import describe
 from _servers import ROOT, llama_server_process, proxy_process
-from overhead import PATH, rotated, send_all
+from overhead import PATH, pct, rotated, send_all
 
 from proxy.decision.labels import gbnf_alternatives
 from proxy.decision.prompt import ANSWER_CUE, ANSWER_INSTRUCTION, lay_out, options_block
@@ -188,15 +191,19 @@ async def measure(targets, tickets, rounds: int, concurrency: int, numbers) -> d
 def report(results: dict[int, dict[str, list]], budgets) -> None:
     for concurrency, measured in results.items():
         print(f"\nconcurrency {concurrency}")
-        print(f"  {'':10}{'p50 ms':>10}{'req/s':>10}")
-        rows = {}
+        print(f"  {'':10}{'p50 ms':>10}{'mean ms':>10}{'p90 ms':>10}{'req/s':>10}")
+        rows, means = {}, {}
         for name, rounds in measured.items():
             latencies = [t for lat, _ in rounds for t in lat]
             rows[name] = (
                 statistics.median(latencies) * 1e3,
                 len(latencies) / sum(wall for _, wall in rounds),
             )
-            print(f"  {name:10}{rows[name][0]:10.1f}{rows[name][1]:10.2f}")
+            means[name] = statistics.fmean(latencies) * 1e3
+            print(
+                f"  {name:10}{rows[name][0]:10.1f}{means[name]:10.1f}"
+                f"{pct(latencies, 90) * 1e3:10.1f}{rows[name][1]:10.2f}"
+            )
         per_round = {
             name: [(statistics.median(lat) * 1e3, len(lat) / wall) for lat, wall in rounds]
             for name, rounds in measured.items()
@@ -208,6 +215,9 @@ def report(results: dict[int, dict[str, list]], budgets) -> None:
                     f"  proxy/{other} {what}: {rows['proxy'][k] / rows[other][k]:.3f} "
                     f"(rounds {min(ratios):.3f}-{max(ratios):.3f})"
                 )
+        if concurrency > 1:  # a closed loop: mean latency = concurrency / throughput
+            for other in (n for n in measured if n not in ("proxy", "one-token")):
+                print(f"  proxy/{other} mean latency: {means['proxy'] / means[other]:.3f}")
         if concurrency == 1:  # the same ticket through each target, one after the other
             for other in (n for n in measured if n not in ("proxy", "one-token")):
                 diffs = [
@@ -250,8 +260,9 @@ def _routing_budgets(rows, concurrency):
     )
     cued = rows["hand+cue"][0]
     yield (
-        f"  the answer cue costs the call by hand {cued - hand:.1f} ms; the proxy over it "
-        f"{proxy - cued:.1f} ms (one-token {one:.1f} ms)"
+        f"  the answer cue costs the call by hand {cued - hand:.1f} ms; with it, at most "
+        f"hand+cue + one-token = {cued + one:.1f} ms: "
+        f"{'holds' if proxy <= cued + one else 'MISSED'} (proxy - hand+cue {proxy - cued:.1f} ms)"
     )
 
 
