@@ -53,7 +53,6 @@ import orjson
 from _servers import bare_relay, llama_server_process, pin, proxy_process, standin_process
 
 from proxy.config import Settings
-from proxy.decision.labels import gbnf_alternatives
 from proxy.decision.prompt import append_to_conversation, options_block
 from proxy.decision.question import choice_question
 from proxy.service import read_widths
@@ -92,7 +91,6 @@ def completion_body(llama_url: str, labels: list[str]) -> bytes:
             "n_predict": 1,
             "temperature": 0,
             "n_probs": read_widths(Settings().n_probs, len(labels), None)[0],
-            "grammar": gbnf_alternatives(labels),
         }
     )
 
@@ -107,7 +105,6 @@ def direct_body(labels: list[str], messages: list[dict] = MESSAGES) -> bytes:
             "temperature": 0,
             "logprobs": True,
             "top_logprobs": read_widths(Settings().n_probs, len(labels), None)[0],
-            "grammar": gbnf_alternatives(labels),
             "cache_prompt": True,
             "chat_template_kwargs": {"enable_thinking": False},
         }

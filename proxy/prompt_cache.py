@@ -1,5 +1,5 @@
-"""Prompts as llama-server makes them, remembered: each question's options block and
-grammar, each conversation's rendering and tokens, and the tokens of the shared
+"""Prompts as llama-server makes them, remembered: each question's options block,
+each conversation's rendering and tokens, and the tokens of the shared
 segment before the options (the segment scheme of ``proxy/kv.py``)."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from typing import Any
 import orjson
 
 from .bounded import BoundedCache
-from .decision.labels import gbnf_alternatives
 from .decision.prompt import options_block
 from .decision.question import Question
 from .kv import common_prefix
@@ -31,18 +30,18 @@ Prompt = tuple[tuple[int, ...], int]
 class PromptCache:
     def __init__(self, upstream: Upstream):
         self._upstream = upstream
-        self._layouts: BoundedCache[tuple[Any, ...], tuple[str, str]] = BoundedCache(_MAX_LAYOUTS)
+        self._layouts: BoundedCache[tuple[Any, ...], str] = BoundedCache(_MAX_LAYOUTS)
         self._prompts: BoundedCache[bytes, Prompt] = BoundedCache(_MAX_PROMPTS)
         self._segments: BoundedCache[str, tuple[int, ...]] = BoundedCache(_MAX_SEGMENTS)
 
-    def layout(self, question: Question, names: tuple[str, ...]) -> tuple[str, str]:
-        """The options block and the grammar for these options and labels, remembered:
+    def layout(self, question: Question, names: tuple[str, ...]) -> str:
+        """The options block for these options and labels, remembered:
         most traffic asks the same few questions again and again."""
         key = (question.kind, question.instructions, question.shown, names)
         layout = self._layouts.get(key)
         if layout is None:
-            layout = (options_block(question, names), gbnf_alternatives(names))
-            if len(layout[0]) <= _MAX_LAYOUT_CHARS:  # callers choose the options: bounded
+            layout = options_block(question, names)
+            if len(layout) <= _MAX_LAYOUT_CHARS:  # callers choose the options: bounded
                 self._layouts.put(key, layout)
         return layout
 

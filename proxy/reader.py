@@ -125,7 +125,6 @@ class Reader:
         prompt: tuple[int, ...],
         s_len: int,
         width: int,
-        grammar: str,
         ubatch: int,
     ) -> tuple[NextToken, int]:
         """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
@@ -140,11 +139,11 @@ class Reader:
         there reads on whatever llama-server reuses of it (``_resume``), and reads the last
         token again alone when it did not go alone the first time."""
         if short(prompt, ubatch):
-            return await self._read_short(book, slot, prompt, s_len, width, grammar)
+            return await self._read_short(book, slot, prompt, s_len, width)
         spent = restarts = 0
         held = book.holds[slot]
         if ubatch and held is not None and held.partial:
-            read, spent = await self._resume(book, slot, held, prompt, width, grammar, ubatch)
+            read, spent = await self._resume(book, slot, held, prompt, width, ubatch)
             if read is not None:
                 return read, spent
         while restarts < 2:
@@ -162,7 +161,6 @@ class Reader:
                         slot=slot,
                         cache=step.cache,
                         n_probs=width if last else 0,
-                        grammar=grammar if last else None,
                     )
                 except BaseException:
                     if ubatch:  # what was evaluated stays for a retry (kv.Held.partial)
@@ -176,7 +174,7 @@ class Reader:
                 book.holds[slot] = Held(sent, s_len, ubatch > 0 and lone_last(step, ubatch))
             else:
                 return done.read, spent
-        done = await self.complete(prompt, slot=slot, cache=True, n_probs=width, grammar=grammar)
+        done = await self.complete(prompt, slot=slot, cache=True, n_probs=width)
         book.holds[slot] = None
         log.warning(
             "llama-server slot %d kept changing under a read (reused %d of %d "
@@ -196,7 +194,6 @@ class Reader:
         prompt: tuple[int, ...],
         s_len: int,
         width: int,
-        grammar: str,
     ) -> tuple[NextToken, int]:
         """A prompt of at most 256 tokens on the prefix scheme: one request that reuses
         whatever prefix the slot holds, the last row included in the per-row kernel. No
@@ -204,9 +201,7 @@ class Reader:
         (docs/repeatability.md), so the read is canonical whatever llama-server reuses:
         nothing is checked, and it may have waited behind another read of the slot."""
         try:
-            done = await self.complete(
-                prompt, slot=slot, cache=True, n_probs=width, grammar=grammar
-            )
+            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width)
         except BaseException:
             book.holds[slot] = Held(prompt, 0, partial=True)
             raise
@@ -221,7 +216,6 @@ class Reader:
         held: Held,
         prompt: tuple[int, ...],
         width: int,
-        grammar: str,
         ubatch: int,
     ) -> tuple[NextToken | None, int]:
         """After a read cut short in ``slot``: read after ``prompt`` on whatever the slot
@@ -229,9 +223,7 @@ class Reader:
         prompt fits the first 256 cells), as the canonical plan's does, else None; and the
         tokens evaluated."""
         try:
-            done = await self.complete(
-                prompt, slot=slot, cache=True, n_probs=width, grammar=grammar
-            )
+            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width)
         except BaseException:
             book.holds[slot] = Held(
                 prompt, 0, lone_last(Step(len(prompt), True, 0, 1), ubatch), partial=True
@@ -253,7 +245,6 @@ class Reader:
         slot: int,
         cache: bool,
         n_probs: int = 0,
-        grammar: str | None = None,
     ) -> Completion:
         """``Upstream.complete``, timed: a step no other step of this reader ran beside
         teaches the cost model what such a step costs."""
@@ -263,9 +254,7 @@ class Reader:
         mark = self._steps_started
         started = time.monotonic()
         try:
-            done = await self._upstream.complete(
-                tokens, slot=slot, cache=cache, n_probs=n_probs, grammar=grammar
-            )
+            done = await self._upstream.complete(tokens, slot=slot, cache=cache, n_probs=n_probs)
         finally:
             self._steps_running -= 1
         tokens_evaluated(done.read.prompt_evaluated)  # how far the admitted decision is

@@ -6,8 +6,9 @@ the calibration profile, plans the debiasing, reads every question, then applies
 profile. For each read it (1) assigns labels that are verified single tokens at the
 answer position of the served model's chat template (``catalogue.py``), (2) lays out
 the options block in the conversation (``prompt_cache.py``), (3) reads the next
-token's log-probabilities with a grammar that allows only the labels, repeatably on a
-leased slot (``reader.py``), and (4) widens the read (same prompt, served from
+token's log-probabilities over the whole vocabulary, repeatably on a leased slot
+(``reader.py``; no grammar: llama-server reports the probabilities before any grammar,
+which would only choose the generated token), and (4) widens the read (same prompt, served from
 llama-server's prompt cache) until every label's log-probability is known. Nothing
 is guessed: a label missing from the widest read is an error.
 """
@@ -503,7 +504,7 @@ class DecisionService:
         seconds = 0.0
         for messages, question in asked:
             info, labels = await self._catalogue.labels(len(question.names), kwargs)
-            block, _grammar = self._prompts.layout(question, tuple(label for label, _ in labels))
+            block = self._prompts.layout(question, tuple(label for label, _ in labels))
             convo = lay_out(messages, block, layout)
             found = (
                 await self._prompts.prompt(convo, block, kwargs, ubatch)
@@ -566,7 +567,7 @@ class DecisionService:
         ``/completion`` with the prompt's tokens, pinned to a leased slot. Others (images,
         audio) go through llama-server's chat endpoint, which renders them itself."""
         names = tuple(label for label, _ in labels)
-        block, grammar = self._prompts.layout(question, names)
+        block = self._prompts.layout(question, names)
         convo = lay_out(messages, block, layout)
         ids = [tid for _, tid in labels]
         ubatch = self._reader.ubatch  # this read's scheme, even if a self-check changes it
@@ -591,16 +592,13 @@ class DecisionService:
                     book.holds[slot] = None
                     read = await self._upstream.next_token(
                         convo,
-                        labels_grammar=grammar,
                         n_probs=width,
                         template_kwargs=kwargs,
                         slot=slot,
                     )
                     spent = read.prompt_evaluated
                 else:
-                    read, spent = await self._reader.read(
-                        book, slot, *tokens, width, grammar, ubatch
-                    )
+                    read, spent = await self._reader.read(book, slot, *tokens, width, ubatch)
                 if read.model != info.id:
                     return None
                 first = first or read
@@ -710,7 +708,7 @@ class DecisionService:
         kwargs = NO_THINKING
         question = choice_question(list(CHECK_OPTIONS))
         info, labels = await self._catalogue.labels(len(question.names), kwargs)
-        block, grammar = self._prompts.layout(question, tuple(label for label, _ in labels))
+        block = self._prompts.layout(question, tuple(label for label, _ in labels))
         width = self._n_probs
 
         async def tokens_of(text: str) -> tuple[tuple[int, ...], int]:
@@ -728,7 +726,7 @@ class DecisionService:
             a, b = slots[0], slots[-1]
 
             async def read(slot: int, prompt: tuple[tuple[int, ...], int]) -> dict:
-                done, _ = await self._reader.read(book, slot, *prompt, width, grammar, ubatch)
+                done, _ = await self._reader.read(book, slot, *prompt, width, ubatch)
                 return done.logprobs
 
             book.holds[a] = None

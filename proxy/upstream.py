@@ -297,20 +297,18 @@ class Upstream:
         self,
         messages: list[dict[str, Any]],
         *,
-        labels_grammar: str,
         n_probs: int,
         template_kwargs: Mapping[str, Any] | None,
         slot: int | None = None,
     ) -> NextToken:
-        """One grammar-constrained greedy token with the top ``n_probs`` log-probabilities
-        (in llama-server slot ``slot``, when given)."""
+        """One greedy token with the top ``n_probs`` log-probabilities of the raw logits
+        (in llama-server slot ``slot``, when given; no grammar: see ``complete``)."""
         body: dict[str, Any] = {
             "messages": messages,
             "max_tokens": 1,
             "temperature": 0,
             "logprobs": True,
             "top_logprobs": n_probs,
-            "grammar": labels_grammar,
             "cache_prompt": True,
             "chat_template_kwargs": dict(template_kwargs or {}),
         }
@@ -337,10 +335,11 @@ class Upstream:
         slot: int,
         cache: bool,
         n_probs: int = 0,
-        grammar: str | None = None,
     ) -> Completion:
         """Evaluate ``tokens`` in slot ``slot`` (``/completion``); with ``n_probs``, read the
-        next token's top log-probabilities under ``grammar``."""
+        next token's top log-probabilities (of the raw logits: no grammar is sent, since
+        one would only choose the generated token, which no decision uses, and on a CPU
+        it can cost more than the read of the token itself)."""
         body: dict[str, Any] = {
             "prompt": list(tokens),
             "id_slot": slot,
@@ -350,8 +349,6 @@ class Upstream:
         }
         if n_probs:
             body["n_probs"] = n_probs
-            if grammar is not None:
-                body["grammar"] = grammar
         data = await self._request_json("POST", "/completion", body)
         try:
             timings = data["timings"]

@@ -56,7 +56,11 @@ def assign_labels(n: int, token_ids: Mapping[str, int | None]) -> list[tuple[str
 
 
 def gbnf_alternatives(labels: Sequence[str]) -> str:
-    """A GBNF grammar accepting exactly one of the labels (labels are ASCII alphanumerics)."""
+    """A GBNF grammar accepting exactly one of the labels (labels are ASCII alphanumerics):
+    what a client reading the decision through llama-server's chat endpoint itself would
+    send (the benchmarks' calls by hand). The proxy's reads send none: llama-server
+    reports the log-probabilities before any grammar, which only chooses the generated
+    token, and no decision uses that token."""
     if not labels or not all(lbl.isascii() and lbl.isalnum() for lbl in labels):
         raise LabelError("labels must be non-empty ASCII alphanumerics")
     return "root ::= " + " | ".join(f'"{lbl}"' for lbl in labels)

@@ -119,7 +119,7 @@ def test_a_pride_profile_divides_its_prior_out_of_one_read(calibrated):
 def test_the_label_mass_floor_routes_to_review_and_a_request_can_lower_it(calibrated):
     floored = _ask(calibrated, x_calibration="floored")["team"]
     assert (floored["x_route"], floored["x_route_reason"]) == ("review", "label_mass")
-    assert floored["x_label_mass"] < 1.0  # the grammar excluded the rest of the vocabulary
+    assert floored["x_label_mass"] < 1.0  # the rest of the vocabulary held some
     lowered = _ask(calibrated, x_calibration="floored", x_label_mass_floor=0.0)["team"]
     assert (lowered["x_route"], lowered["x_route_reason"]) == ("auto", "above_threshold")
     body = {

@@ -51,7 +51,7 @@ class RecordedUpstream:
     async def tokenize(self, text, special=False):
         return TOKENS.get(text) or [ord(c) for c in text]  # one token per character
 
-    async def complete(self, tokens, *, slot, cache, n_probs=0, grammar=None):
+    async def complete(self, tokens, *, slot, cache, n_probs=0):
         held = self.slots.get(slot, []) if cache else []
         reused = min(common_prefix(held, tokens), len(tokens) - 1)
         self.slots[slot] = list(tokens)
@@ -59,7 +59,7 @@ class RecordedUpstream:
         read = {}
         if n_probs:
             self.widths.append(n_probs)
-            self.last_prompt, self.last_grammar = "".join(map(chr, tokens)), grammar
+            self.last_prompt = "".join(map(chr, tokens))
             read = self.reads.pop(0)
         return Completion(NextToken(read, self.model, len(tokens), len(tokens) - reused), reused)
 
@@ -78,13 +78,12 @@ def test_read_widths(first, n, vocab, expected):
     assert read_widths(first, n, vocab) == expected
 
 
-async def test_labels_skip_multi_token_candidates_and_grammar_lists_them():
+async def test_labels_skip_multi_token_candidates():
     up = RecordedUpstream([{49: math.log(0.2), 51: math.log(0.1), 52: math.log(0.1)}])
     out = await DecisionService(up, n_probs=8).decide(
         [{"role": "user", "content": "route it"}], choice_question(["x", "y", "z"])
     )
     assert out.labels == ("A", "C", "D")
-    assert up.last_grammar == 'root ::= "A" | "C" | "D"'
     assert "A: x\nC: y\nD: z" in up.last_prompt
     assert out.decision.probabilities == pytest.approx((0.5, 0.25, 0.25), rel=1e-12)
     assert out.decision.label_mass == pytest.approx(0.4, rel=1e-12)
@@ -140,10 +139,9 @@ async def test_remembered_layouts_give_the_same_read_as_fresh_ones():
     sent = []
     for options in (["x", "y", "z"], ["x", "y", "z"], ["x", "z", "y"]):
         await service.decide([{"role": "user", "content": "q"}], choice_question(options))
-        sent.append((up.last_prompt, up.last_grammar))
+        sent.append(up.last_prompt)
     assert sent[0] == sent[1]
-    assert sent[2][0] != sent[0][0] and "A: x\nC: z\nD: y" in sent[2][0]
-    assert sent[2][1] == sent[0][1] == 'root ::= "A" | "C" | "D"'
+    assert sent[2] != sent[0] and "A: x\nC: z\nD: y" in sent[2]
 
 
 async def test_labels_verified_for_a_model_that_was_replaced_meanwhile_are_not_reused():
@@ -173,10 +171,10 @@ async def test_very_long_option_layouts_are_not_remembered():
 class MeddledUpstream(RecordedUpstream):
     """Another client empties the slot before every request the proxy sends."""
 
-    async def complete(self, tokens, *, slot, cache, n_probs=0, grammar=None):
+    async def complete(self, tokens, *, slot, cache, n_probs=0):
         self.slots[slot] = []
         return await super().complete(
-            tokens, slot=slot, cache=cache, n_probs=n_probs, grammar=grammar
+            tokens, slot=slot, cache=cache, n_probs=n_probs
         )
 
 
@@ -451,14 +449,14 @@ class CutUpstream(RecordedUpstream):
 
     keep: int | None = None
 
-    async def complete(self, tokens, *, slot, cache, n_probs=0, grammar=None):
+    async def complete(self, tokens, *, slot, cache, n_probs=0):
         if self.keep is not None:
             keep, self.keep = self.keep, None
             self.slots[slot] = list(tokens[:keep])
             self.requests.append((slot, list(tokens), cache, None, None))
             raise UpstreamTimeout("the decision did not finish within the 1 s deadline")
         return await super().complete(
-            tokens, slot=slot, cache=cache, n_probs=n_probs, grammar=grammar
+            tokens, slot=slot, cache=cache, n_probs=n_probs
         )
 
 

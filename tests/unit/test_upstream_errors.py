@@ -93,7 +93,6 @@ async def _read(base_url: str, timeout_s: float = 5.0):
     try:
         return await up.next_token(
             [{"role": "user", "content": "q"}],
-            labels_grammar='root ::= "A"',
             n_probs=2,
             template_kwargs=None,
         )
@@ -195,8 +194,7 @@ async def test_a_name_that_does_not_resolve_is_unavailable():
         with pytest.raises(UpstreamUnavailable) as caught:
             await up.next_token(
                 [{"role": "user", "content": "q"}],
-                labels_grammar='root ::= "A"',
-                n_probs=2,
+                    n_probs=2,
                 template_kwargs=None,
             )
     finally:
