@@ -173,9 +173,7 @@ class MeddledUpstream(RecordedUpstream):
 
     async def complete(self, tokens, *, slot, cache, n_probs=0):
         self.slots[slot] = []
-        return await super().complete(
-            tokens, slot=slot, cache=cache, n_probs=n_probs
-        )
+        return await super().complete(tokens, slot=slot, cache=cache, n_probs=n_probs)
 
 
 async def test_a_slot_that_keeps_changing_still_gets_its_read_and_it_is_counted():
@@ -455,9 +453,7 @@ class CutUpstream(RecordedUpstream):
             self.slots[slot] = list(tokens[:keep])
             self.requests.append((slot, list(tokens), cache, None, None))
             raise UpstreamTimeout("the decision did not finish within the 1 s deadline")
-        return await super().complete(
-            tokens, slot=slot, cache=cache, n_probs=n_probs
-        )
+        return await super().complete(tokens, slot=slot, cache=cache, n_probs=n_probs)
 
 
 @pytest.mark.parametrize(

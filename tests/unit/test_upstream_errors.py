@@ -194,7 +194,7 @@ async def test_a_name_that_does_not_resolve_is_unavailable():
         with pytest.raises(UpstreamUnavailable) as caught:
             await up.next_token(
                 [{"role": "user", "content": "q"}],
-                    n_probs=2,
+                n_probs=2,
                 template_kwargs=None,
             )
     finally:
