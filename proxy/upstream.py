@@ -513,31 +513,54 @@ class Upstream:
 
     @asynccontextmanager
     async def relay(
-        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        resend: bool = True,
     ) -> AsyncIterator[Relay]:
-        """Send the client's bytes unchanged; yield the upstream answer to copy back."""
+        """Send the client's bytes unchanged; yield the upstream answer to copy back.
+
+        ``resend``: when llama-server drops the connection before any answer (a pooled
+        connection it closed as we wrote), send the bytes once more on a fresh one. Safe
+        for a request that only asks (an answer computed twice changes nothing but the
+        slot's cache); the caller says no for one that controls the server."""
         out_headers = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
         out_headers.update(self._auth)
+
+        async def send() -> aiohttp.ClientResponse:
+            return await self._session.request(
+                method,
+                self._base + path,
+                data=body,
+                headers=out_headers,
+                timeout=self._stream_timeout,
+                auto_decompress=False,
+            )
+
         try:
-            async with (
-                self._lane(path),
-                self._session.request(
-                    method,
-                    self._base + path,
-                    data=body,
-                    headers=out_headers,
-                    timeout=self._stream_timeout,
-                    auto_decompress=False,
-                ) as resp,
-            ):
-                self._mark_up()
-                copy = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
-                if resp.status == 503 and "Retry-After" not in copy:
-                    copy["Retry-After"] = str(self._retry_after)
-                if "Content-Encoding" in resp.headers:
-                    copy["Content-Encoding"] = resp.headers["Content-Encoding"]
-                is_stream = resp.content_type == "text/event-stream"
-                yield Relay(resp.status, copy, is_stream, self._chunks(resp))
+            async with self._lane(path):
+                try:
+                    resp = await send()
+                except aiohttp.ServerDisconnectedError:
+                    if not resend:
+                        raise
+                    resp = await send()
+                async with resp:
+                    self._mark_up()
+                    copy = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
+                    if resp.status == 503 and "Retry-After" not in copy:
+                        copy["Retry-After"] = str(self._retry_after)
+                    if "Content-Encoding" in resp.headers:
+                        copy["Content-Encoding"] = resp.headers["Content-Encoding"]
+                    is_stream = resp.content_type == "text/event-stream"
+                    connection = resp.connection
+                    if is_stream and connection is not None and connection.protocol is not None:
+                        # llama-server closes its end after an event stream without
+                        # saying so (b11434): closed here too, never pooled dead
+                        connection.protocol.force_close()
+                    yield Relay(resp.status, copy, is_stream, self._chunks(resp))
         except UpstreamError:
             raise
         except Exception as exc:  # noqa: BLE001 - translated, never swallowed

@@ -39,6 +39,8 @@ __all__ = [
     "CHAT_PATHS",
     "GENERATIONS",
     "PART_FIELDS",
+    "MESSAGE_STRINGS",
+    "check_tool_call",
     "Generation",
     "Message",
     "ChatPassThroughRequest",
@@ -155,7 +157,7 @@ PART_FIELDS: dict[str, tuple[str, tuple[tuple[str, ...], ...]]] = {
     "input_video": ("input_video", (("data", "url"),)),  # llama-server's
 }
 _PART_TYPES = ("text", *PART_FIELDS)
-_MESSAGE_STRINGS = ("name", "tool_call_id", "reasoning_content")
+MESSAGE_STRINGS = ("name", "tool_call_id", "reasoning_content")  # llama-server: no null
 
 
 def relayed_body(path: str, body: dict[str, Any], raw: bytes, cap: int) -> bytes:
@@ -271,7 +273,7 @@ def _check_message(message: object, param: str) -> None:
         raise InvalidRequest(
             "content must be a string, null or a list of content parts", param=f"{param}.content"
         )
-    for field in _MESSAGE_STRINGS:
+    for field in MESSAGE_STRINGS:
         if field in message and not isinstance(message[field], str):
             raise InvalidRequest(f"{field} must be a string", param=f"{param}.{field}")
     calls = message.get("tool_calls")
@@ -280,7 +282,7 @@ def _check_message(message: object, param: str) -> None:
     if not isinstance(calls, list):
         raise InvalidRequest("tool_calls must be a list", param=f"{param}.tool_calls")
     for k, call in enumerate(calls):
-        _check_tool_call(call, f"{param}.tool_calls.{k}")
+        check_tool_call(call, f"{param}.tool_calls.{k}")
 
 
 def _check_part(part: object, param: str) -> None:
@@ -321,7 +323,7 @@ def _check_part(part: object, param: str) -> None:
             )
 
 
-def _check_tool_call(call: object, param: str) -> None:
+def check_tool_call(call: object, param: str) -> None:
     function = call.get("function") if isinstance(call, dict) else None
     if not (
         isinstance(call, dict)

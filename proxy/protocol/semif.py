@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import ConfigDict, Field, JsonValue, SkipValidation, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from ..bounded import BoundedCache
 from ..decision.debias import DebiasError, parse_debias
@@ -35,6 +36,7 @@ from ..decision.question import (
     score_question,
 )
 from ..errors import InvalidRequest
+from .relayed import MESSAGE_STRINGS, check_tool_call
 from .wire import (
     CONTENT_OR_CALLS,
     ChoiceOptions,
@@ -111,9 +113,9 @@ class DecisionMessage(Open):
     model_config = ConfigDict(json_schema_extra=CONTENT_OR_CALLS)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
-    name: str | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
+    name: str | SkipJsonSchema[None] = None  # absent, never null: llama-server refuses it
+    tool_call_id: str | SkipJsonSchema[None] = None
+    reasoning_content: str | SkipJsonSchema[None] = None
     tool_calls: list[ToolCall] | None = None
 
 
@@ -267,8 +269,8 @@ def _check_message(message: object, param: str) -> None:
         raise InvalidRequest(
             "content must be a string, null or a list of text parts", param=f"{param}.content"
         )
-    for field in ("name", "tool_call_id", "reasoning_content"):
-        if field in message and message[field] is not None and not isinstance(message[field], str):
+    for field in MESSAGE_STRINGS:
+        if field in message and not isinstance(message[field], str):
             raise InvalidRequest(f"{field} must be a string", param=f"{param}.{field}")
     calls = message.get("tool_calls")
     if calls is None:
@@ -276,14 +278,9 @@ def _check_message(message: object, param: str) -> None:
     if not isinstance(calls, list):
         raise InvalidRequest("tool_calls must be a list", param=f"{param}.tool_calls")
     for k, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not (
-            isinstance(function, dict)
-            and isinstance(function.get("name"), str)
-            and isinstance(function.get("arguments"), str)
-        ):
+        check_tool_call(call, f"{param}.tool_calls.{k}")
+        if not isinstance(call["function"]["arguments"], str):
             raise InvalidRequest(
-                'each tool call must be {"type": "function", "function": '
-                '{"name": "...", "arguments": "..."}}',
-                param=f"{param}.tool_calls.{k}",
+                "a tool call's arguments must be a string (JSON text)",
+                param=f"{param}.tool_calls.{k}.function.arguments",
             )

@@ -162,13 +162,16 @@ async def relay(
     body: bytes | None,
     path: str | None = None,
     work: Work | None = None,
+    resend: bool = True,
 ) -> web.StreamResponse:
     """Send the client's request to llama-server unchanged and copy the answer back.
 
     ``path`` is the upstream path (default: the request's own; /invocations
     relays to /v1/chat/completions). Event streams are copied chunk by chunk
     as they arrive; other bodies whole. ``work``: what it will take, counted by
-    admission while it runs (``relayed_work``).
+    admission while it runs (``relayed_work``). ``resend``: whether a request that
+    llama-server's connection dropped before answering may be sent again
+    (``Upstream.relay``).
     """
     request[KIND] = "relay"
     target = path or request.path
@@ -177,7 +180,7 @@ async def relay(
     timeout_s = request.app[SETTINGS].request_timeout_s
     async with (
         request.app[ADMISSION].relayed(work, timeout_s),
-        upstream.relay(request.method, target, body, request.headers) as up,
+        upstream.relay(request.method, target, body, request.headers, resend) as up,
     ):
         if not up.is_stream:
             payload = b"".join([chunk async for chunk in up.chunks])

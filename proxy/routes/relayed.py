@@ -40,7 +40,8 @@ def is_control(method: str, path: str) -> bool:
 
 
 async def relayed(request: web.Request) -> web.StreamResponse:
-    if is_control(request.method, request.path):
+    control = is_control(request.method, request.path)
+    if control:
         key = request.app[SETTINGS].admin_api_key
         given = request.headers.get("X-Admin-Key", "").encode("utf-8", "surrogateescape")
         if not key or not hmac.compare_digest(given, key.encode()):
@@ -57,4 +58,4 @@ async def relayed(request: web.Request) -> web.StreamResponse:
         parsed = json_object(raw)
         body = relayed_body(path, parsed, raw, request.app[SETTINGS].relay_max_tokens)
         work = relayed_work(request.app, path, parsed, body)
-    return await relay(request, request.app[UPSTREAM], body, work=work)
+    return await relay(request, request.app[UPSTREAM], body, work=work, resend=not control)

@@ -83,6 +83,11 @@ def test_valid_semif(semif, kind, names):
 BASE = {"messages": [{"role": "user", "content": "hi"}]}
 
 
+def _call(**fields):
+    """A tool call as OpenAI writes it, with ``fields`` replaced."""
+    return {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}, **fields}
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
@@ -115,6 +120,40 @@ BASE = {"messages": [{"role": "user", "content": "hi"}]}
         (
             {"messages": [{"role": "tool", "content": "x", "tool_call_id": 7}]},
             "messages.0.tool_call_id",
+        ),
+        # what llama-server's /apply-template answers with a 500 (b11434): refused first
+        ({"messages": [{"role": "user", "content": "x", "name": None}]}, "messages.0.name"),
+        (
+            {"messages": [{"role": "tool", "content": "x", "tool_call_id": None}]},
+            "messages.0.tool_call_id",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": "x", "reasoning_content": None}]},
+            "messages.0.reasoning_content",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": "x", "tool_calls": [_call(id=[1])]}]},
+            "messages.0.tool_calls.0.id",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": "x", "tool_calls": [_call(type="x")]}]},
+            "messages.0.tool_calls.0",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": "x", "tool_calls": [_call(type=None)]}]},
+            "messages.0.tool_calls.0",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": "x",
+                        "tool_calls": [_call(function={"name": "f", "arguments": {}})],
+                    }
+                ]
+            },
+            "messages.0.tool_calls.0.function.arguments",
         ),
     ],
 )

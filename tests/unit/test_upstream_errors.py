@@ -82,6 +82,7 @@ async def stand_in():
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post("/slots/{id}", handler)
     server = TestServer(app)
     await server.start_server()
     yield mode, str(server.make_url(""))
@@ -166,6 +167,68 @@ async def test_always_dropped_connections_are_unavailable(stand_in):
     with pytest.raises(UpstreamUnavailable) as caught:
         await _read(url)
     assert caught.value.status == 503 and state["dropped"] == 2  # the first try and one retry
+
+
+async def _relay(base_url: str, path: str, resend: bool) -> int:
+    up = Upstream(Settings(upstream_url=base_url, request_timeout_s=5.0))
+    try:
+        async with up.relay("POST", path, b"{}", {}, resend) as answer:
+            return answer.status
+    finally:
+        await up.close()
+
+
+async def test_a_relayed_request_dropped_before_answering_is_sent_again(stand_in):
+    state, url = stand_in
+    state["now"] = "drop_once"
+    assert await _relay(url, "/v1/chat/completions", resend=True) == 200
+    assert state["dropped"] == 1
+
+
+async def test_a_relayed_request_dropped_twice_is_unavailable(stand_in):
+    state, url = stand_in
+    state["now"] = "drop"
+    with pytest.raises(UpstreamUnavailable):
+        await _relay(url, "/v1/chat/completions", resend=True)
+    assert state["dropped"] == 2  # the first try and one more
+
+
+async def test_a_control_request_is_never_sent_twice(stand_in):
+    state, url = stand_in
+    state["now"] = "drop_once"
+    with pytest.raises(UpstreamUnavailable):
+        await _relay(url, "/slots/0?action=erase", resend=False)
+    assert state["dropped"] == 1
+
+
+async def test_a_connection_that_carried_an_event_stream_is_not_used_again():
+    # llama-server b11434 closes its end after an event stream without saying so; this
+    # stand-in keeps it open, so a second request on it would come from the same port
+    ports = []
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        ports.append(request.transport.get_extra_info("peername")[1])
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await asyncio.sleep(0.05)  # the stream still open when its headers are read
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", stream)
+    server = TestServer(app)
+    await server.start_server()
+    up = Upstream(Settings(upstream_url=str(server.make_url("")), request_timeout_s=5.0))
+    try:
+        for _ in range(2):
+            async with up.relay("POST", "/v1/chat/completions", b"{}", {}) as answer:
+                assert answer.is_stream
+                assert b"".join([chunk async for chunk in answer.chunks]) == b"data: [DONE]\n\n"
+    finally:
+        await up.close()
+        await server.close()
+    assert len(ports) == 2 and ports[0] != ports[1]
 
 
 @pytest.mark.parametrize(
