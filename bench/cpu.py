@@ -21,8 +21,10 @@ on one core cost a bare hop.
 
 Prints µs per decision for each target and the ratios, each the median of the rounds'
 own ratios (the targets of a round run seconds apart, so a drift in the machine's
-speed cancels), and each worker's and relay's share of the CPU. Targets (issue 14):
-proxy <= 1.3x the relay; two workers' summed CPU within 10% of one worker's.
+speed cancels), and each worker's and relay's share of the CPU. Target: two workers'
+summed CPU within 10% of one worker's beyond what two bare relays taking turns on the
+core cost. The proxy's ratio to the relay is reported, no longer a target (its time over
+the relay is: bench/overhead.py).
 """
 
 from __future__ import annotations
@@ -223,17 +225,17 @@ def main() -> None:
         )
         return middle
 
-    ratio("proxy", "relay", "; target <= 1.3")
+    ratio("proxy", "relay", "; reported (no target)")
     ratio(
         "queued",
         "proxy",
         f"; {args.concurrency - 2} of {args.concurrency} waiting for one of 2 slots",
     )
-    workers_ratio = ratio("workers", "proxy", "; target <= 1.10")
+    workers_ratio = ratio("workers", "proxy", "")
     relays_ratio = ratio("relays", "relay", "; two bare relays taking turns on one core")
     print(
         f"  workers/proxy over relays/relay: {workers_ratio / relays_ratio:.3f}  (what two "
-        "workers cost beyond two processes on one core)"
+        "workers cost beyond two processes on one core); target <= 1.10"
     )
     for name, group in shares.items():
         total = sum(group) or 1.0
