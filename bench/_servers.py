@@ -160,6 +160,8 @@ def standin_process(slots: int = 8) -> Iterator[tuple[str, subprocess.Popen]]:
 
 
 @contextlib.contextmanager
-def proxy(upstream_url: str, extra: list[str] | None = None) -> Iterator[str]:
-    with proxy_process(upstream_url, extra) as (url, _):
+def proxy(
+    upstream_url: str, extra: list[str] | None = None, ubatch: int | None = UBATCH
+) -> Iterator[str]:
+    with proxy_process(upstream_url, extra, ubatch) as (url, _):
         yield url

@@ -2,9 +2,12 @@
 request, against the same 16 questions sent as 16 separate single-question
 requests (one after another, and all at once), interleaved in one run.
 
-    .venv/bin/python bench/shared_state.py [--rounds 3] [--paragraphs 66]
+    .venv/bin/python bench/shared_state.py [--rounds 3] [--paragraphs 66] [--segment]
 
 ``--paragraphs`` sets the state's length (66: about 1,000 tokens; 105: about 1,600).
+``--segment``: llama-server at its default physical batch (``-ub 512``) and the proxy
+told nothing of it, so it reads by the segment scheme (docs/repeatability.md), the
+configuration for traffic that is mostly long shared states; without it, as make run.
 
 Every measurement uses a fresh state (a new ticket number at its start), so
 no variant profits from a cache another one filled. Targets: the 16 requests sent
@@ -23,7 +26,7 @@ import aiohttp
 from _servers import llama_server, proxy
 from overhead import rotated
 
-from scripts.stack import LLAMA_FLAGS
+from scripts.stack import LLAMA_FLAGS, UBATCH
 
 PARAGRAPHS = [
     "The customer explains that the order arrived in two parcels, one of them opened.",
@@ -161,18 +164,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--paragraphs", type=int, default=66, help="the state's length")
+    parser.add_argument(
+        "--segment", action="store_true", help="llama-server's default -ub, the segment scheme"
+    )
     args = parser.parse_args()
     PARAGRAPHS_IN_STATE[0] = args.paragraphs
+    llama_args, ubatch = (["-ub", "512"], None) if args.segment else ([], UBATCH)
     with (
-        llama_server() as llama_url,
-        proxy(llama_url) as proxy_url,
-        proxy(llama_url, ["--question-fanout", "0"]) as fanout_url,
+        llama_server(extra=llama_args) as llama_url,
+        proxy(llama_url, ubatch=ubatch) as proxy_url,
+        proxy(llama_url, ["--question-fanout", "0"], ubatch=ubatch) as fanout_url,
     ):
         n_tokens = asyncio.run(state_tokens(llama_url))
         times = asyncio.run(measure(proxy_url, fanout_url, args.rounds))
     print(
         f"state of {n_tokens} tokens, {len(QUESTIONS)} questions, {args.rounds} rounds (median s);"
-        f" llama-server {' '.join(LLAMA_FLAGS)}"
+        f" llama-server {' '.join([*LLAMA_FLAGS, *llama_args])};"
+        f" read scheme {'segment' if args.segment else 'prefix-63'}"
     )
     medians = {name: statistics.median(v) for name, v in times.items()}
     single = medians["one request, 16 questions"]
