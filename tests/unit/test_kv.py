@@ -8,7 +8,17 @@ import contextlib
 
 import pytest
 
-from proxy.kv import MAX_SMALL_CHUNK, Held, SlotBook, Step, after, lone_last, plan, plan_prefix
+from proxy.kv import (
+    MAX_SMALL_CHUNK,
+    Held,
+    SlotBook,
+    Step,
+    after,
+    common_prefix,
+    lone_last,
+    plan,
+    plan_prefix,
+)
 
 S = tuple(range(100, 110))  # a shared segment of 10 tokens
 Q = tuple(range(200, 206))  # a question of 6 tokens
@@ -410,3 +420,32 @@ async def test_a_short_lease_queues_behind_the_slot_with_fewest_then_most_of_its
     await book.lease((7, 8, 9), by_prefix=True, short=True).__aenter__()
     assert await book.lease((7, 8, 5), by_prefix=True, short=True).__aenter__() == 1
     assert await book.lease((7, 8, 6), by_prefix=True, short=True).__aenter__() == 0
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ((), (), 0),
+        ((), (1, 2), 0),
+        ((1, 2, 3), (1, 2, 3), 3),
+        ((1, 2, 3), (1, 2, 3, 4, 5), 3),
+        ((1, 2, 3, 4, 5), (1, 2), 2),
+        ((7, 2, 3), (1, 2, 3), 0),
+        ((1, 2, 3), (1, 2, 9), 2),
+        ((1, 2, 3), [1, 2, 3, 4], 3),  # a tuple against a list
+        ([1, 5], (1, 2, 3), 1),
+    ],
+)
+def test_common_prefix(a, b, expected):
+    assert common_prefix(a, b) == expected
+    assert common_prefix(b, a) == expected
+
+
+def test_common_prefix_finds_every_first_difference():
+    """Against the token-by-token definition, for a difference at each place of a long
+    prompt (the halving must land on it exactly)."""
+    base = tuple(range(1000, 1300))
+    for at in range(len(base)):
+        other = (*base[:at], -1, *base[at + 1 :])
+        assert common_prefix(base, other) == at
+        assert common_prefix(base[: at + 5], list(other)) == at
