@@ -96,7 +96,7 @@ $(CRD)/node_modules/.installed: $(CRD)/package-lock.json
 bench: venv prepare
 	$(PY) bench/overhead.py
 
-# Every figure in bench/RESULTS.md, from the code as it is (about 35 minutes on 2 cores).
+# Every figure in bench/RESULTS.md, from the code as it is (about 22 minutes on 2 cores).
 SOAK_S ?= 600
 OUTDIR := bench/out
 results: venv prepare
