@@ -624,23 +624,26 @@ def test_a_file_is_named_by_a_path():
 
 def test_the_queue_is_bounded_in_bytes_too():
     metrics = Metrics()
+    writing = threading.Event()
     release = threading.Event()
     written: list[bytes] = []
 
     def stalled(data: bytes) -> None:
+        writing.set()
         release.wait(10)
         written.append(data)
 
     big = {"input": "x" * 1000}  # 1,013 bytes as a JSON line
     writer = RecordWriter(stalled, 1000, metrics, max_bytes=3 * 1013)
-    results = [writer.put(big) for _ in range(6)]
-    # the writer thread took the first (stalled in its write); three more fit the bytes
-    assert results.count(True) in (3, 4), results
-    assert _sample(metrics, "semif_decision_records_dropped_total") == results.count(False)
+    assert writer.put(big) is True
+    assert writing.wait(10)  # the writer thread took it and is stalled in its write
+    results = [writer.put(big) for _ in range(5)]
+    assert results == [True, True, True, False, False]  # three more fit the bytes
+    assert _sample(metrics, "semif_decision_records_dropped_total") == 2
     assert writer.put({"bad": {1, 2}}) is False  # not JSON: dropped alone
     release.set()
     writer.close()
-    assert b"".join(written).count(b"\n") == results.count(True)
+    assert b"".join(written).count(b"\n") == 4
     assert writer.put(big) is False  # after close: counted, not lost silently
 
 
