@@ -142,10 +142,10 @@ def bare_relay(upstream_url: str, body: bytes) -> Iterator[tuple[str, subprocess
 
 
 @contextlib.contextmanager
-def standin_process(slots: int = 8) -> Iterator[tuple[str, subprocess.Popen]]:
-    """tests/standin.py in its own process: llama-server's API answered at once, no model,
-    with ``slots`` slots."""
-    command = [sys.executable, "-m", "tests.standin"]
+def standin_process(slots: int = 8, read_ms: float = 0.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """tests/standin.py in its own process: llama-server's API with no model, with ``slots``
+    slots, answering ``/completion`` after ``read_ms`` (default: at once)."""
+    command = [sys.executable, "-m", "tests.standin", "--read-ms", str(read_ms)]
     with _serving(
         lambda port, log: subprocess.Popen(
             [*command, str(port), "--tokens", "--slots", str(slots)],

@@ -2,7 +2,7 @@
 straight to llama-server, interleaved in one run, at concurrency 1 and 8.
 
     .venv/bin/python bench/overhead.py [--starts 3] [--requests 1800] [--rounds 12] [--pause-ms 0]
-                                       [--pin] [--standin]
+                                       [--pin] [--standin [--read-ms MS]]
 
 ``--pin``: llama-server on core 1 (with ``-t 1 -tb 1``: two threads on one core
 spin-wait on each other), everything else (proxy, relay, this client) on core 0,
@@ -11,7 +11,10 @@ so the hop and the model do not share a core.
 ``--standin``: the zero-latency stand-in (tests/standin.py, 8 slots) instead of
 llama-server: the hop's cost with no model beside it. With ``--pause-ms`` (say 15, a
 read's time here) it shows what the hop costs when it runs after the machine has
-idled, as every read at concurrency 1 does while llama-server computes.
+idled, as every read at concurrency 1 does while llama-server computes. With
+``--read-ms`` (say 10) the stand-in takes that long to answer each ``/completion``, as a
+read would: the hop's work before the read and after it each run after an idle wait, as
+beside llama-server, with no model on the cores.
 
 Prints p50/p99 latency and throughput for each target and the ratios to direct,
 each ratio with a 95% interval for the noise between rounds and the range over
@@ -271,9 +274,17 @@ def main() -> None:
         help="each client's idle time before each request (default: none; "
         "the event loop's timers round it up to whole milliseconds)",
     )
+    parser.add_argument(
+        "--read-ms",
+        type=float,
+        default=0.0,
+        help="with --standin: how long it takes to answer each /completion (default: none)",
+    )
     args = parser.parse_args()
     if args.standin and args.llama_args:
         parser.error("--llama-args: the stand-in is not llama-server")
+    if args.read_ms and not args.standin:
+        parser.error("--read-ms: a stand-in's; llama-server takes its own time")
     results: dict[int, dict[str, list]] = {1: {}, 8: {}}
     for _ in range(args.starts):
         for concurrency, rounds in once(
@@ -283,6 +294,7 @@ def main() -> None:
             args.pause_ms / 1e3,
             args.pin,
             args.standin,
+            args.read_ms,
         ).items():
             for name, measured in rounds.items():
                 results[concurrency].setdefault(name, []).extend(measured)
@@ -295,7 +307,11 @@ def main() -> None:
             if args.pin
             else ""
         )
-        + ("; upstream: the zero-latency stand-in, no model" if args.standin else "")
+        + (
+            f"; upstream: the stand-in, no model, answering /completion after {args.read_ms:g} ms"
+            if args.standin
+            else ""
+        )
     )
     for concurrency, rounds in results.items():
         report(concurrency, rounds, args.starts)
@@ -308,11 +324,14 @@ def once(
     pause_s: float,
     pinned: bool = False,
     standin: bool = False,
+    read_ms: float = 0.0,
 ) -> dict[int, dict[str, list]]:
     """Every target's rounds at concurrency 1 and 8, on servers started for this."""
     if pinned:
         llama_args = [*llama_args, "-t", "1", "-tb", "1"]
-    upstream = standin_process() if standin else llama_server_process(extra=llama_args)
+    upstream = (
+        standin_process(read_ms=read_ms) if standin else llama_server_process(extra=llama_args)
+    )
     with upstream as (llama_url, llama), proxy_process(llama_url) as (proxy_url, hop):
         labels = asyncio.run(decision_labels(proxy_url))
         direct = completion_body(llama_url, labels)

@@ -49,6 +49,7 @@ class StandIn:
         self._slots: dict[int, list[int]] = {}
         self.mode = "good"
         self.delay_s = 5.0
+        self.read_s = 0.0  # how long /completion takes to answer (a model's read)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cancelled = 0  # slow answers whose client went away
@@ -127,6 +128,8 @@ class StandIn:
 
     async def _completion(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if self.read_s:
+            await asyncio.sleep(self.read_s)
         tokens, slot = body["prompt"], body.get("id_slot", 0)
         held = self._slots.get(slot, []) if body.get("cache_prompt", True) else []
         # a whole cached prompt: its last token again
@@ -176,7 +179,7 @@ class StandIn:
         return web.json_response(_GOOD)
 
 
-if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens] [--slots N]: until killed
+if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens] [--slots N] [--read-ms MS]
     import argparse
     import signal
 
@@ -189,9 +192,13 @@ if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens] [--slots
         "through /completion (see StandIn)",
     )
     parser.add_argument("--slots", type=int, default=2, help="total_slots /props reports")
+    parser.add_argument(
+        "--read-ms", type=float, default=0.0, help="how long /completion takes (default: none)"
+    )
     args = parser.parse_args()
     standin = StandIn(tokens=args.tokens)
     standin.total_slots = args.slots
+    standin.read_s = args.read_ms / 1000
     if args.port is not None:
         standin.port = args.port
         standin.url = f"http://127.0.0.1:{standin.port}"
