@@ -335,6 +335,7 @@ def once(
     with upstream as (llama_url, llama), proxy_process(llama_url) as (proxy_url, hop):
         labels = asyncio.run(decision_labels(proxy_url))
         direct = completion_body(llama_url, labels)
+        print(f"the decision's prompt: {len(orjson.loads(direct)['prompt'])} tokens", flush=True)
         with bare_relay(llama_url, direct) as (relay_url, relay):
             if pinned:
                 pin(llama.pid, 1)
