@@ -1,0 +1,108 @@
+"""Is the proxy's own work per decision larger than an earlier version's?
+
+    .venv/bin/python bench/investigations/proxy_before_after.py --before DIR [--read-ms 10]
+                                                            [--rounds 12] [--requests 150]
+
+The proxy as it is and the proxy of another checkout (``--before``: a directory holding
+it, for example ``git worktree add /tmp/before b1576d9``; run with this ``.venv``), both
+in front of one stand-in (tests/standin.py, no model) that answers each ``/completion``
+after ``--read-ms``, as a read would: the same decision, replayed, at concurrency 1, the
+two proxies taking turns in rounds whose order alternates. Prints each proxy's p50 and
+the median, over the rounds, of the round's difference (a drift in the machine's speed
+cancels within a round). No llama-server, so what differs is the proxies' own work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _machine import describe  # noqa: E402
+from _servers import _serving, proxy_process, standin_process  # noqa: E402
+from overhead import PATH, PROXY_BODY  # noqa: E402
+
+HEADERS = {"Content-Type": "application/json"}
+
+
+def before_proxy(upstream_url: str, directory: Path):
+    """The proxy of the checkout in ``directory``, with its own defaults."""
+    return _serving(
+        lambda port, log: subprocess.Popen(
+            [sys.executable, "-m", "proxy", "--port", str(port), "--upstream-url", upstream_url],
+            cwd=directory,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ),
+        timeout_s=60,
+    )
+
+
+async def replays(session: aiohttp.ClientSession, url: str, n: int) -> list[float]:
+    latencies = []
+    for _ in range(n):
+        started = time.perf_counter()
+        async with session.post(url, data=PROXY_BODY, headers=HEADERS) as resp:
+            await resp.read()
+            assert resp.status == 200, resp.status
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+async def compare(urls: dict[str, str], rounds: int, requests: int) -> None:
+    pooled: dict[str, list[float]] = {name: [] for name in urls}
+    differences = []
+    async with aiohttp.ClientSession() as session:
+        for url in urls.values():
+            await replays(session, url, 20)  # warm
+        for i in range(rounds):
+            names = list(urls) if i % 2 == 0 else list(urls)[::-1]
+            p50 = {}
+            for name in names:
+                latencies = await replays(session, urls[name], requests)
+                pooled[name] += latencies
+                p50[name] = statistics.median(latencies)
+            differences.append((p50["now"] - p50["before"]) * 1e3)
+    for name, latencies in pooled.items():
+        print(f"  {name:7s} p50 {statistics.median(latencies) * 1e3:.2f} ms (n = {len(latencies)})")
+    print(
+        f"  now - before, per round: median {statistics.median(differences):+.2f} ms, "
+        f"range {min(differences):+.2f} to {max(differences):+.2f} ({rounds} rounds)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True, help="a checkout of the other code")
+    parser.add_argument("--read-ms", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--requests", type=int, default=150, help="per proxy and round")
+    args = parser.parse_args()
+    if not (args.before / "proxy" / "__main__.py").is_file():
+        parser.error(f"--before: no proxy in {args.before}")
+    print(describe())
+    with (
+        standin_process(read_ms=args.read_ms) as (upstream, _),
+        proxy_process(upstream) as (now, _),
+        before_proxy(upstream, args.before.resolve()) as (before, _),
+    ):
+        httpx.post(before + PATH, content=PROXY_BODY, headers=HEADERS, timeout=60)
+        time.sleep(3)  # the first decision's background work (a self-check) done
+        print(f"stand-in answering /completion after {args.read_ms:g} ms; concurrency 1")
+        asyncio.run(
+            compare({"now": now + PATH, "before": before + PATH}, args.rounds, args.requests)
+        )
+
+
+if __name__ == "__main__":
+    main()
