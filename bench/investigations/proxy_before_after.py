@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _machine import describe  # noqa: E402
 from _servers import _serving, proxy_process, standin_process  # noqa: E402
-from overhead import PATH, PROXY_BODY  # noqa: E402
+from overhead import PATH, PROXY_BODY, run_batch  # noqa: E402
 
 HEADERS = {"Content-Type": "application/json"}
 
@@ -48,28 +48,17 @@ def before_proxy(upstream_url: str, directory: Path):
     )
 
 
-async def replays(session: aiohttp.ClientSession, url: str, n: int) -> list[float]:
-    latencies = []
-    for _ in range(n):
-        started = time.perf_counter()
-        async with session.post(url, data=PROXY_BODY, headers=HEADERS) as resp:
-            await resp.read()
-            assert resp.status == 200, resp.status
-        latencies.append(time.perf_counter() - started)
-    return latencies
-
-
 async def compare(urls: dict[str, str], rounds: int, requests: int) -> None:
     pooled: dict[str, list[float]] = {name: [] for name in urls}
     differences = []
     async with aiohttp.ClientSession() as session:
         for url in urls.values():
-            await replays(session, url, 20)  # warm
+            await run_batch(session, url, PROXY_BODY, 20, 1)  # warm
         for i in range(rounds):
             names = list(urls) if i % 2 == 0 else list(urls)[::-1]
             p50 = {}
             for name in names:
-                latencies = await replays(session, urls[name], requests)
+                latencies, _ = await run_batch(session, urls[name], PROXY_BODY, requests, 1)
                 pooled[name] += latencies
                 p50[name] = statistics.median(latencies)
             differences.append((p50["now"] - p50["before"]) * 1e3)
