@@ -307,6 +307,8 @@ class SlotBook:
         least), and more than the decisions already waiting for it and this one will
         evaluate there (each about this one's own part, plus ``READ_TOKENS``): the slot
         leaving most; or None: then the first free slot, or the first to be freed."""
+        if not self._reading:  # no slot is being read: none to wait for
+            return None
         if self._free:  # what a free slot would spare
             free = max(
                 (

@@ -540,7 +540,8 @@ class Upstream:
             )
 
         try:
-            async with self._lane(path):
+            lane = await self._enter_lane(path)
+            try:
                 try:
                     resp = await send()
                 except aiohttp.ServerDisconnectedError:
@@ -561,6 +562,8 @@ class Upstream:
                         # saying so (b11434): closed here too, never pooled dead
                         connection.protocol.force_close()
                     yield Relay(resp.status, copy, is_stream, self._chunks(resp))
+            finally:
+                lane.release()
         except UpstreamError:
             raise
         except Exception as exc:  # noqa: BLE001 - translated, never swallowed
@@ -600,30 +603,31 @@ class Upstream:
         except orjson.JSONDecodeError as exc:
             raise UpstreamBadResponse(f"llama-server answered {path} with invalid JSON") from exc
 
-    @asynccontextmanager
-    async def _lane(self, path: str) -> AsyncIterator[None]:
-        """A place in ``path``'s lane for the block, waited for at most as long as the
-        proxy waits for llama-server's answer (then a TimeoutError: UpstreamTimeout)."""
+    async def _enter_lane(self, path: str) -> asyncio.Semaphore:
+        """A place in ``path``'s lane (the caller releases it), waited for at most as long
+        as the proxy waits for llama-server's answer (then a TimeoutError: UpstreamTimeout).
+        A free place is taken without a timer: this runs for every call."""
         lane = self.lanes.for_path(path)
-        async with asyncio.timeout(self._lane_wait_s):
-            await lane.acquire()
-        try:
-            yield
-        finally:
-            lane.release()
+        if lane.locked():
+            async with asyncio.timeout(self._lane_wait_s):
+                await lane.acquire()
+        else:
+            await lane.acquire()  # returns at once
+        return lane
 
     async def _call(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
-        async with (
-            self._lane(path),
-            self._session.request(
+        lane = await self._enter_lane(path)
+        try:
+            async with self._session.request(
                 method,
                 self._base + path,
                 data=data,
                 headers=self._json_headers,
                 timeout=self._json_timeout,
-            ) as resp,
-        ):
-            return resp.status, await resp.read()
+            ) as resp:
+                return resp.status, await resp.read()
+        finally:
+            lane.release()
 
     def _status_error(self, status: int, raw: bytes, path: str) -> UpstreamError:
         message = _error_message(raw) or f"HTTP {status}"
