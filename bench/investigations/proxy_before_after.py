@@ -8,8 +8,10 @@ it, for example ``git worktree add /tmp/before b1576d9``; run with this ``.venv`
 in front of one stand-in (tests/standin.py, no model) that answers each ``/completion``
 after ``--read-ms``, as a read would: the same decision, replayed, at concurrency 1, the
 two proxies taking turns in rounds whose order alternates. Prints each proxy's p50 and
-the median, over the rounds, of the round's difference (a drift in the machine's speed
-cancels within a round). No llama-server, so what differs is the proxies' own work.
+the CPU time its event loop spent per decision (``/proc/PID/schedstat``: on the CPU,
+whether in Python or the kernel, the metrics recorded after the answer included), and
+for each the median, over the rounds, of the round's difference (a drift in the machine's
+speed cancels within a round). No llama-server, so what differs is the proxies' own work.
 """
 
 from __future__ import annotations
@@ -48,9 +50,15 @@ def before_proxy(upstream_url: str, directory: Path):
     )
 
 
-async def compare(urls: dict[str, str], rounds: int, requests: int) -> None:
+def cpu_s(pid: int) -> float:
+    """Seconds the process's main thread (the event loop) has been on a CPU (Linux)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+async def compare(urls: dict[str, str], pids: dict[str, int], rounds: int, requests: int) -> None:
     pooled: dict[str, list[float]] = {name: [] for name in urls}
-    differences = []
+    cpu: dict[str, list[float]] = {name: [] for name in urls}
+    differences, cpu_differences = [], []
     async with aiohttp.ClientSession() as session:
         for url in urls.values():
             await run_batch(session, url, PROXY_BODY, 20, 1)  # warm
@@ -58,15 +66,23 @@ async def compare(urls: dict[str, str], rounds: int, requests: int) -> None:
             names = list(urls) if i % 2 == 0 else list(urls)[::-1]
             p50 = {}
             for name in names:
+                started = cpu_s(pids[name])
                 latencies, _ = await run_batch(session, urls[name], PROXY_BODY, requests, 1)
+                cpu[name].append((cpu_s(pids[name]) - started) / requests * 1e6)
                 pooled[name] += latencies
                 p50[name] = statistics.median(latencies)
             differences.append((p50["now"] - p50["before"]) * 1e3)
+            cpu_differences.append(cpu["now"][-1] - cpu["before"][-1])
     for name, latencies in pooled.items():
-        print(f"  {name:7s} p50 {statistics.median(latencies) * 1e3:.2f} ms (n = {len(latencies)})")
+        print(
+            f"  {name:7s} p50 {statistics.median(latencies) * 1e3:.2f} ms (n = {len(latencies)}), "
+            f"CPU per decision {statistics.median(cpu[name]):.0f} us (median of {rounds} rounds)"
+        )
     print(
-        f"  now - before, per round: median {statistics.median(differences):+.2f} ms, "
-        f"range {min(differences):+.2f} to {max(differences):+.2f} ({rounds} rounds)"
+        f"  now - before, per round: p50 median {statistics.median(differences):+.2f} ms, "
+        f"range {min(differences):+.2f} to {max(differences):+.2f}; CPU per decision median "
+        f"{statistics.median(cpu_differences):+.0f} us, range {min(cpu_differences):+.0f} to "
+        f"{max(cpu_differences):+.0f} ({rounds} rounds)"
     )
 
 
@@ -82,14 +98,19 @@ def main() -> None:
     print(describe())
     with (
         standin_process(read_ms=args.read_ms) as (upstream, _),
-        proxy_process(upstream) as (now, _),
-        before_proxy(upstream, args.before.resolve()) as (before, _),
+        proxy_process(upstream) as (now, now_process),
+        before_proxy(upstream, args.before.resolve()) as (before, before_process),
     ):
         httpx.post(before + PATH, content=PROXY_BODY, headers=HEADERS, timeout=60)
         time.sleep(3)  # the first decision's background work (a self-check) done
         print(f"stand-in answering /completion after {args.read_ms:g} ms; concurrency 1")
         asyncio.run(
-            compare({"now": now + PATH, "before": before + PATH}, args.rounds, args.requests)
+            compare(
+                {"now": now + PATH, "before": before + PATH},
+                {"now": now_process.pid, "before": before_process.pid},
+                args.rounds,
+                args.requests,
+            )
         )
 
 
