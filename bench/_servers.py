@@ -16,9 +16,26 @@ sys.path.insert(0, str(ROOT))
 
 from scripts.prepare import ensure_llama_server, ensure_model  # noqa: E402
 from scripts.probe import free_port  # noqa: E402
-from scripts.stack import CONNECTIONS, UBATCH, start_llama_server, start_proxy, stop, wait_ready  # noqa: E402
+from scripts.stack import (  # noqa: E402
+    CONNECTIONS,
+    HTTP_THREADS,
+    UBATCH,
+    start_llama_server,
+    start_proxy,
+    stop,
+    wait_ready,
+)
+
+# llama-server flags for a benchmark whose own clients (direct reads, the chat endpoint, a
+# bare relay) talk to llama-server beside the proxy, up to 8 connections each at
+# concurrency 8. `make run`'s HTTP threads are sized for the proxy alone; past them a new
+# connection now and then waits for an idle keep-alive one to time out (cpp-httplib: 5 s),
+# and a whole start's throughput halves (bench/overhead.py at 01b0579: 3 of 11 starts,
+# requests waiting 4.0-4.6 s).
+BESIDE_PROXY = ["--threads-http", str(HTTP_THREADS + 2 * 8)]
 
 __all__ = [
+    "BESIDE_PROXY",
     "free_port",
     "model_path",
     "llama_server",
