@@ -30,8 +30,8 @@ from scripts.stack import (  # noqa: E402
 # bare relay) talk to llama-server beside the proxy, up to 8 connections each at
 # concurrency 8. `make run`'s HTTP threads are sized for the proxy alone; past them a new
 # connection now and then waits for an idle keep-alive one to time out (cpp-httplib: 5 s),
-# and a whole start's throughput halves (bench/overhead.py at 01b0579: 3 of 11 starts,
-# requests waiting 4.0-4.6 s).
+# which halves a start's throughput at concurrency 8 (docs/performance.md, "Replays before
+# and after the prefix scheme").
 BESIDE_PROXY = ["--threads-http", str(HTTP_THREADS + 2 * 8)]
 
 __all__ = [
