@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/investigations/proxy_before_after.py --before DIR [--read-ms 10]
                                                             [--rounds 12] [--requests 150]
+                                                            [--llama]
 
 The proxy as it is and the proxy of another checkout (``--before``: a directory holding
 it, for example ``git worktree add /tmp/before b1576d9``; run with this ``.venv``), both
@@ -12,6 +13,11 @@ the CPU time its event loop spent per decision (``/proc/PID/schedstat``: on the 
 whether in Python or the kernel, the metrics recorded after the answer included), and
 for each the median, over the rounds, of the round's difference (a drift in the machine's
 speed cancels within a round). No llama-server, so what differs is the proxies' own work.
+
+``--llama``: llama-server (as ``make run`` starts it) instead of the stand-in, for the
+work that only runs beside it: the admission's cost estimate, which waits for
+llama-server's timings (the stand-in sends none). Its reads take their own time
+(``--read-ms`` is the stand-in's), and the CPU per decision is the comparison to read.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _machine import describe  # noqa: E402
-from _servers import _serving, proxy_process, standin_process  # noqa: E402
+from _servers import _serving, llama_server_process, proxy_process, standin_process  # noqa: E402
 from overhead import PATH, PROXY_BODY, run_batch  # noqa: E402
 
 HEADERS = {"Content-Type": "application/json"}
@@ -89,21 +95,27 @@ async def compare(urls: dict[str, str], pids: dict[str, int], rounds: int, reque
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="a checkout of the other code")
-    parser.add_argument("--read-ms", type=float, default=10.0)
+    parser.add_argument("--read-ms", type=float, default=10.0, help="the stand-in's")
+    parser.add_argument("--llama", action="store_true", help="llama-server, not the stand-in")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--requests", type=int, default=150, help="per proxy and round")
     args = parser.parse_args()
     if not (args.before / "proxy" / "__main__.py").is_file():
         parser.error(f"--before: no proxy in {args.before}")
     print(describe())
+    server = llama_server_process() if args.llama else standin_process(read_ms=args.read_ms)
     with (
-        standin_process(read_ms=args.read_ms) as (upstream, _),
+        server as (upstream, _),
         proxy_process(upstream) as (now, now_process),
         before_proxy(upstream, args.before.resolve()) as (before, before_process),
     ):
         httpx.post(before + PATH, content=PROXY_BODY, headers=HEADERS, timeout=60)
         time.sleep(3)  # the first decision's background work (a self-check) done
-        print(f"stand-in answering /completion after {args.read_ms:g} ms; concurrency 1")
+        print(
+            "llama-server; concurrency 1"
+            if args.llama
+            else f"stand-in answering /completion after {args.read_ms:g} ms; concurrency 1"
+        )
         asyncio.run(
             compare(
                 {"now": now + PATH, "before": before + PATH},
