@@ -137,11 +137,13 @@ def start_proxy(
     env: dict[str, str] | None = None,
     ubatch: int | None = None,
     connections: int | None = None,
+    cwd: Path = ROOT,
 ) -> subprocess.Popen:
     """The proxy in front of ``upstream_url``; ``ubatch``: that llama-server's ``-ub``
     (``UBATCH`` for one started by ``start_llama_server``), told to the proxy;
     ``connections``: the calls it may have in flight there (``CONNECTIONS`` for one
-    started by ``start_llama_server``), unless ``extra`` says."""
+    started by ``start_llama_server``), unless ``extra`` says; ``cwd``: the checkout whose
+    proxy runs (this one by default)."""
     told = any(a.startswith("--max-connections") for a in extra or [])
     cmd = [
         sys.executable,
@@ -157,7 +159,7 @@ def start_proxy(
     ]
     return subprocess.Popen(
         cmd,
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT if log else None,

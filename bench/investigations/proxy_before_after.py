@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,13 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _machine import describe  # noqa: E402
-from _servers import _serving, llama_server_process, proxy_process, standin_process  # noqa: E402
+from _servers import (  # noqa: E402
+    _serving,
+    llama_server_process,
+    proxy_process,
+    standin_process,
+    start_proxy,
+)
 from overhead import PATH, PROXY_BODY, run_batch  # noqa: E402
 
 HEADERS = {"Content-Type": "application/json"}
@@ -45,14 +50,7 @@ HEADERS = {"Content-Type": "application/json"}
 def before_proxy(upstream_url: str, directory: Path):
     """The proxy of the checkout in ``directory``, with its own defaults."""
     return _serving(
-        lambda port, log: subprocess.Popen(
-            [sys.executable, "-m", "proxy", "--port", str(port), "--upstream-url", upstream_url],
-            cwd=directory,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        ),
-        timeout_s=60,
+        lambda port, log: start_proxy(port, upstream_url, log=log, cwd=directory), timeout_s=60
     )
 
 
