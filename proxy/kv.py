@@ -136,6 +136,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+def _same(segment: tuple[int, ...], tokens: tuple[int, ...], s_len: int) -> int:
+    """The segment scheme's share of what a slot holds (``tokens``, evaluated with a
+    segment of ``s_len``) for a read of ``segment``: all of it when the slot holds that
+    same segment, else nothing (rows of segments of other lengths went through other
+    kernels)."""
+    n = len(segment)
+    return n if s_len == n and tokens[:n] == segment else 0
+
+
 def plan(holds: Held | None, s_len: int, prompt: tuple[int, ...]) -> list[Step]:
     """The requests that leave the slot holding ``prompt`` evaluated canonically, the
     last one reading the next token. ``holds``: what the slot holds canonically (this
@@ -249,9 +258,10 @@ class SlotBook:
     ``S``, then one that holds nothing known, then the one used longest ago (the prefix
     scheme: the longest prefix of the prompt, then the one used longest ago). When
     every slot is leased, decisions wait in arrival order and each freed slot goes
-    to the first of them. The prefix scheme also waits for one leased slot when the
-    decision reading there will leave ``WAIT_FOR_PREFIX`` tokens more of this prompt
-    in it than any free slot holds: shared work is done once.
+    to the first of them. A decision also waits for one leased slot when the decision
+    reading there will leave ``WAIT_FOR_PREFIX`` tokens more of this prompt in it than
+    any free slot holds (the segment scheme: its whole segment, when no free slot holds
+    it): shared work is done once.
 
     ``depth`` 2: a *short* lease (a read of one request whose numbers do not depend on
     what the slot holds: the prefix scheme's prompts of at most 256 tokens) may also
@@ -272,10 +282,12 @@ class SlotBook:
         self._last_use = dict.fromkeys(ids, 0)
         self._uses = 0
         self._waiting: collections.deque[asyncio.Future[int]] = collections.deque()
-        self._reading: dict[int, tuple[int, ...]] = {}  # prefix scheme: leased slot -> prompt
+        # leased slot -> what its read leaves there: the prompt (prefix scheme), the segment
+        self._reading: dict[int, tuple[int, ...]] = {}
         self._waiting_for: dict[int, collections.deque[asyncio.Future[int]]] = {}
-        # prefix scheme: the first prompts of decisions admitted (or being admitted) that
-        # have not finished, for estimates (``base``): what the slots will soon hold
+        # the first prompts (segments, on the segment scheme) of decisions admitted (or
+        # being admitted) that have not finished, for estimates (``base``,
+        # ``base_segment``): what the slots will soon hold
         self._coming: dict[object, tuple[int, ...]] = {}
 
     @property
@@ -301,36 +313,47 @@ class SlotBook:
 
         return min(self._free, key=rank)
 
-    def _worth_waiting(self, prompt: tuple[int, ...]) -> int | None:
+    def _worth_waiting(self, prompt: tuple[int, ...], own: int | None = None) -> int | None:
         """A leased slot whose read leaves at least ``WAIT_FOR_PREFIX`` tokens more of
         ``prompt`` in it than any free slot holds (when none is free, than the slot leaving
         least), and more than the decisions already waiting for it and this one will
         evaluate there (each about this one's own part, plus ``READ_TOKENS``): the slot
-        leaving most; or None: then the first free slot, or the first to be freed."""
+        leaving most; or None: then the first free slot, or the first to be freed.
+
+        The segment scheme (``own``: the tokens this read evaluates after its segment):
+        ``prompt`` is the segment, and a slot leaves all of it or nothing (``_same``)."""
         if not self._reading:  # no slot is being read: none to wait for
             return None
+        segment_scheme = own is not None
+
+        def shares(reading: tuple[int, ...]) -> int:  # of a read in progress
+            if segment_scheme:
+                return len(prompt) if reading == prompt else 0
+            return common_prefix(reading, prompt)
+
+        def keeps(held: Held) -> int:  # of what a free slot holds
+            if segment_scheme:
+                return _same(prompt, held.tokens, held.s_len)
+            return common_prefix(held.tokens, prompt)
+
         if self._free:  # what a free slot would spare
             free = max(
-                (
-                    common_prefix(known.tokens, prompt)
-                    for s in self._free
-                    if (known := self.holds[s]) is not None
-                ),
+                (keeps(known) for s in self._free if (known := self.holds[s]) is not None),
                 default=0,
             )
         else:  # every slot leased: what any of them will hold
             free = (
-                min(common_prefix(reading, prompt) for reading in self._reading.values())
+                min(shares(reading) for reading in self._reading.values())
                 if len(self._reading) == self.size
                 else 0
             )
         best, gain = None, 0
         for slot, reading in self._reading.items():
-            shared = common_prefix(reading, prompt)
+            shared = shares(reading)
             more = shared - free
             queued = len(self._waiting_for.get(slot, ()))
-            own = len(prompt) - shared + READ_TOKENS
-            if _worth_waiting(more, own, queued + 1) and more > gain:
+            evaluated = len(prompt) - shared if own is None else own
+            if _worth_waiting(more, evaluated + READ_TOKENS, queued + 1) and more > gain:
                 best, gain = slot, more
         return best
 
@@ -370,6 +393,27 @@ class SlotBook:
         if _worth_waiting(more, own, sharers):
             return Held(prompt[:shared], 0)
         return best
+
+    def base_segment(self, prompt: tuple[int, ...], s_len: int) -> Held | None:
+        """``base`` for the segment scheme: the slot holding ``prompt``'s segment (the
+        first ``s_len`` tokens) and most after it; else, when a decision being read or
+        coming has the same segment and few enough of them share it that the lease would
+        wait for the one reading it, the segment, as if already held. (``coming`` is given
+        segments on this scheme.)"""
+        segment = prompt[:s_len]
+        best = max(
+            (h for h in self.holds.values() if h is not None and _same(segment, h.tokens, h.s_len)),
+            default=None,
+            key=lambda h: common_prefix(h.tokens, prompt),
+        )
+        if best is not None or (not self._coming and not self._reading):
+            return best
+        sharers = sum(1 for other in self._coming.values() if other == segment)
+        if sharers or segment in self._reading.values():
+            own = len(prompt) - s_len + READ_TOKENS
+            if _worth_waiting(s_len, own, max(1, sharers)):
+                return Held(segment, s_len)
+        return None
 
     def _behind(self, segment: tuple[int, ...], awaited: int | None) -> int | None:
         """A busy slot a short lease may queue behind (``depth``): ``awaited`` when it
@@ -421,27 +465,35 @@ class SlotBook:
         self._free.append(slot)
 
     def lease(
-        self, segment: tuple[int, ...], *, by_prefix: bool = False, short: bool = False
+        self,
+        segment: tuple[int, ...],
+        *,
+        by_prefix: bool = False,
+        short: bool = False,
+        own: int = 0,
     ) -> _Lease:
         """``async with book.lease(segment) as slot:`` a slot for one decision: one that
         holds ``segment`` (the segment scheme) or, ``by_prefix``, the longest prefix of
-        ``segment`` (then the prompt), else the one used longest ago. ``short``: a read
-        of one request that any slot content reads the same (see ``depth``)."""
-        return _Lease(self, segment, by_prefix, short)
+        ``segment`` (then the prompt), else the one used longest ago; or a leased one
+        that is reading it, when that is worth waiting for (``_worth_waiting``; ``own``:
+        on the segment scheme, the tokens the read evaluates after the segment).
+        ``short``: a read of one request that any slot content reads the same (see
+        ``depth``)."""
+        return _Lease(self, segment, by_prefix, short, own)
 
 
 class _Lease:
-    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_slot")
+    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_own", "_slot")
 
     def __init__(
-        self, book: SlotBook, segment: tuple[int, ...], by_prefix: bool, short: bool
+        self, book: SlotBook, segment: tuple[int, ...], by_prefix: bool, short: bool, own: int
     ) -> None:
         self._book, self._segment, self._by_prefix = book, segment, by_prefix
-        self._short = short
+        self._short, self._own = short, own
 
     async def __aenter__(self) -> int:
         book = self._book
-        awaited = book._worth_waiting(self._segment) if self._by_prefix else None
+        awaited = book._worth_waiting(self._segment, None if self._by_prefix else self._own)
         if awaited is None and book._free and not book._waiting:
             self._slot = book._pick(self._segment, self._by_prefix)
             book._free.remove(self._slot)
@@ -471,7 +523,7 @@ class _Lease:
 
     def _mark(self) -> int:
         book = self._book
-        if self._by_prefix:
+        if self._segment:
             book._reading[self._slot] = self._segment
         if not self._short:
             book._short.discard(self._slot)

@@ -490,8 +490,9 @@ class DecisionService:
         per question (debiasing: each again from the options on), one more for a
         content-free answer. None while this server's costs are unknown or the prompt
         cannot be planned (images; a template that hides the options). With it, the
-        first question's prompt (empty when none was made): a prompt the slots will hold
-        (``SlotBook.coming``), which decisions costed after it may build on."""
+        first question's prompt (its segment, on the segment scheme; empty when none was
+        made): what the slots will hold (``SlotBook.coming``), which decisions costed
+        after it may build on."""
         cost = self._reader.cost
         if cost.observed == 0:
             return None, ()
@@ -515,21 +516,11 @@ class DecisionService:
                 return None, first  # read as it comes, or refused by the read for its length
             prompt, s_len = found
             if not first:
-                first = prompt
-                if ubatch:  # the slot holding most of it, or the read it will wait for
-                    before = book.base(prompt)
-                else:  # the segment scheme reuses a slot holding the same segment
-                    before = max(
-                        (
-                            h
-                            for h in book.holds.values()
-                            if h is not None
-                            and h.s_len == s_len
-                            and h.tokens[:s_len] == prompt[:s_len]
-                        ),
-                        default=None,
-                        key=lambda h: common_prefix(h.tokens, prompt),
-                    )
+                # the slot holding most of it (its segment), or the read it will wait for
+                if ubatch:
+                    first, before = prompt, book.base(prompt)
+                else:
+                    first, before = prompt[:s_len], book.base_segment(prompt, s_len)
             steps = plan_prefix(before, prompt, ubatch) if ubatch else plan(before, s_len, prompt)
             for step in steps:
                 step_s = cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated, step.cached)
@@ -586,7 +577,8 @@ class DecisionService:
         book = await self._reader.book()
         segment = (tokens[0] if ubatch else tokens[0][: tokens[1]]) if tokens else ()
         queued = tokens is not None and short(tokens[0], ubatch)
-        async with book.lease(segment, by_prefix=bool(ubatch), short=queued) as slot:
+        own = len(tokens[0]) - len(segment) if tokens else 0  # after the segment
+        async with book.lease(segment, by_prefix=bool(ubatch), short=queued, own=own) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None

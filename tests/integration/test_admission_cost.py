@@ -100,9 +100,23 @@ def test_system_one_refuses_it_with_a_422_detail(short_deadline):
     assert "the deadline is 3 s" in str(resp.json()["detail"])
 
 
-def test_questions_sent_at_once_about_one_state_evaluate_it_once(proxy_url, llama):
-    _settled(proxy_url)
-    state = _long(3, 12)  # about 500 tokens
+@pytest.fixture(scope="module")
+def segment_scheme(llama, logs_dir) -> Iterator[str]:
+    """A proxy told nothing of llama-server's -ub: the segment scheme (proxy/kv.py)."""
+    proc, url, log = launch_proxy(logs_dir, llama.url, "--upstream-ubatch", "0")
+    try:
+        _settled(url)
+        yield url
+    finally:
+        stop(proc)
+        log.close()
+
+
+@pytest.mark.parametrize("scheme", ["prefix-63", "segment"])
+def test_questions_sent_at_once_about_one_state_evaluate_it_once(scheme, request, llama):
+    url = request.getfixturevalue("proxy_url" if scheme == "prefix-63" else "segment_scheme")
+    _settled(url)
+    state = _long(3 if scheme == "prefix-63" else 5, 12)  # about 500 tokens, new to both
     tokens = len(httpx.post(llama.url + "/tokenize", json={"content": state}).json()["tokens"])
     questions = [
         {
@@ -122,7 +136,7 @@ def test_questions_sent_at_once_about_one_state_evaluate_it_once(proxy_url, llam
             return await asyncio.gather(
                 *(
                     client.post(
-                        proxy_url + "/v1/systemone",
+                        url + "/v1/systemone",
                         json={"model": "jev-latest", "state": state, "questions": q},
                     )
                     for q in questions
@@ -131,6 +145,7 @@ def test_questions_sent_at_once_about_one_state_evaluate_it_once(proxy_url, llam
 
     answers = asyncio.run(ask_all())
     assert [r.status_code for r in answers] == [200] * 8, [r.text for r in answers]
+    assert {r.json()["answers"]["q"]["x_read_scheme"] for r in answers} == {scheme}
     spent = _evaluated(llama) - before
     # once the state, then each question's own part (under 100 tokens each): four slots
     # each evaluating the state would be about 4 x 500

@@ -360,6 +360,102 @@ def test_base_prefers_what_a_slot_holds_when_it_is_no_less_than_what_is_coming()
         assert book.base(_asked(1)) == Held(STATE[:1400], 0)
 
 
+# -- the segment scheme: questions wait for the slot reading their segment ---------------
+
+SEGMENT = tuple(range(20_000, 21_000))  # a 1,000-token state before the questions
+
+
+async def test_on_the_segment_scheme_a_question_waits_for_the_slot_reading_its_segment():
+    book = SlotBook(2)
+    first = book.lease(SEGMENT, own=40)
+    slot = await first.__aenter__()
+    waiting = asyncio.ensure_future(book.lease(SEGMENT, own=40).__aenter__())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # the other slot is free, but would evaluate the state again
+    # another segment, and one that only begins like it (other kernels), take it at once
+    async with book.lease(tuple(range(30_000, 31_000)), own=40) as other:
+        assert other != slot
+    async with book.lease(SEGMENT[:900], own=40) as other:
+        assert other != slot
+    book.holds[slot] = Held((*SEGMENT, 1, 2), len(SEGMENT))
+    await first.__aexit__(None, None, None)
+    assert await waiting == slot
+
+
+async def test_on_the_segment_scheme_a_free_slot_holding_the_segment_is_taken_at_once():
+    book = SlotBook(2)
+    book.holds[1] = Held((*SEGMENT, 5), len(SEGMENT))
+    book.holds[0] = Held((*SEGMENT, 5), 500)  # the same tokens, another segment's kernels
+    first = book.lease(SEGMENT, own=40)
+    assert await first.__aenter__() == 1
+    second = asyncio.ensure_future(book.lease(SEGMENT, own=40).__aenter__())
+    await asyncio.sleep(0)
+    assert not second.done()  # slot 0's rows were evaluated with a segment of 500
+    await first.__aexit__(None, None, None)
+    assert await second == 1
+
+
+async def test_on_the_segment_scheme_waiting_stops_where_it_costs_more_than_the_segment():
+    book = SlotBook(4)
+    # each waiter evaluates 40 + READ_TOKENS 16 = 56 tokens there: 17 x 56 = 952 <= 1,000,
+    # so 17 wait; an 18th would make 18 x 56 = 1,008 > 1,000: it takes a free slot
+    first = book.lease(SEGMENT, own=40)
+    slot = await first.__aenter__()
+    rest = [asyncio.ensure_future(book.lease(SEGMENT, own=40).__aenter__()) for _ in range(17)]
+    await asyncio.sleep(0)
+    assert not any(r.done() for r in rest)
+    async with book.lease(SEGMENT, own=40) as other:
+        assert other != slot
+    for r in rest:
+        r.cancel()
+    await first.__aexit__(None, None, None)
+
+
+async def test_on_the_segment_scheme_a_short_segment_is_not_waited_for():
+    book = SlotBook(2)
+    short_segment = SEGMENT[:100]  # under WAIT_FOR_PREFIX (128)
+    first = book.lease(short_segment, own=10)
+    slot = await first.__aenter__()
+    async with book.lease(short_segment, own=10) as other:
+        assert other != slot
+    await first.__aexit__(None, None, None)
+
+
+def _asked_segment(n: int) -> tuple[int, ...]:
+    return (*SEGMENT, 7, 8, 9, n)
+
+
+def test_base_segment_is_the_slot_holding_the_segment_and_most_after_it():
+    book = SlotBook(3)
+    assert book.base_segment(_asked_segment(1), len(SEGMENT)) is None
+    book.holds[0] = Held(_asked_segment(0), 500)  # another segment's kernels: not it
+    book.holds[1] = Held((*SEGMENT, 1), len(SEGMENT))
+    book.holds[2] = Held(_asked_segment(0), len(SEGMENT))
+    assert book.base_segment(_asked_segment(1), len(SEGMENT)) == book.holds[2]
+
+
+def test_base_segment_counts_a_segment_coming_once_for_those_that_will_wait_for_it():
+    book = SlotBook(4)
+    with book.coming(SEGMENT):
+        base = book.base_segment(_asked_segment(1), len(SEGMENT))
+        assert base == Held(SEGMENT, len(SEGMENT))
+        steps = plan(base, len(SEGMENT), _asked_segment(1))
+        assert sum(s.evaluated for s in steps) == 4  # its own 4 tokens, not the state
+    assert book.base_segment(_asked_segment(1), len(SEGMENT)) is None
+
+
+def test_base_segment_stops_counting_on_the_segment_when_too_many_would_wait():
+    # own part 4 + READ_TOKENS 16 = 20 tokens each: 1,000 shared are worth waiting for
+    # while the sharers number at most 1000 // 20 = 50
+    book = SlotBook(4)
+    with contextlib.ExitStack() as stack:
+        for _ in range(50):
+            stack.enter_context(book.coming(SEGMENT))
+        assert book.base_segment(_asked_segment(1), len(SEGMENT)) == Held(SEGMENT, len(SEGMENT))
+        stack.enter_context(book.coming(SEGMENT))
+        assert book.base_segment(_asked_segment(1), len(SEGMENT)) is None
+
+
 async def test_a_short_lease_queues_behind_a_short_one_and_no_deeper():
     book = SlotBook(1, depth=2)
     first = book.lease((1, 2), by_prefix=True, short=True)
