@@ -120,7 +120,8 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "question_fanout": (
         "PROXY_QUESTION_FANOUT",
         "questions of one request read in parallel after the first; 1 reads the shared state "
-        "once (best on CPU), 0 uses every llama-server slot (each computes the state once)",
+        "once (best on CPU), 0 uses every llama-server slot: with the segment scheme (a GPU's) "
+        "each computes the state once, with the prefix scheme they wait for the slot reading it",
     ),
     "max_active_decisions": ("PROXY_MAX_ACTIVE", "decision requests served at once"),
     "max_queued_decisions": (

@@ -72,13 +72,13 @@ MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (
 # to 256) are fewer than 512: at most this many tokens up to and including the row.
 LONE_ROW_CELLS = 256
 N_BATCH = 2048  # llama-server's logical batch (-b): a request is decoded in pieces of it
-# The prefix scheme: a decision waits for a leased slot that will hold at least this many
-# tokens more of its prompt than any free slot holds, rather than evaluate them again
-# beside it, while the reads queued for that slot (each costing about what this one's own
-# part does, plus READ_TOKENS) evaluate fewer tokens than it would evaluate again: 16
-# questions sent at once about one 1,600-token state evaluate it once; a classifier's
-# 200-token fixed part before 100-token tickets is waited for once, then evaluated in a
-# second slot, and so on until every slot holds it.
+# A decision waits for a leased slot that will hold at least this many tokens more of its
+# prompt than any free slot holds (the segment scheme: its whole segment), rather than
+# evaluate them again beside it, while the reads queued for that slot (each costing about
+# what this one's own part does, plus READ_TOKENS) evaluate fewer tokens than it would
+# evaluate again: 16 questions sent at once about one 1,600-token state evaluate it once;
+# a classifier's 200-token fixed part before 100-token tickets is waited for once, then
+# evaluated in a second slot, and so on until every slot holds it.
 WAIT_FOR_PREFIX = 128
 READ_TOKENS = 16  # a one-token read costs about as much as evaluating this many tokens
 
@@ -471,29 +471,40 @@ class SlotBook:
         by_prefix: bool = False,
         short: bool = False,
         own: int = 0,
+        wait: bool = True,
     ) -> _Lease:
         """``async with book.lease(segment) as slot:`` a slot for one decision: one that
         holds ``segment`` (the segment scheme) or, ``by_prefix``, the longest prefix of
         ``segment`` (then the prompt), else the one used longest ago; or a leased one
         that is reading it, when that is worth waiting for (``_worth_waiting``; ``own``:
-        on the segment scheme, the tokens the read evaluates after the segment).
-        ``short``: a read of one request that any slot content reads the same (see
-        ``depth``)."""
-        return _Lease(self, segment, by_prefix, short, own)
+        on the segment scheme, the tokens the read evaluates after the segment; ``wait``
+        False: never). ``short``: a read of one request that any slot content reads the
+        same (see ``depth``)."""
+        return _Lease(self, segment, by_prefix, short, own, wait)
 
 
 class _Lease:
-    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_own", "_slot")
+    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_own", "_wait", "_slot")
 
     def __init__(
-        self, book: SlotBook, segment: tuple[int, ...], by_prefix: bool, short: bool, own: int
+        self,
+        book: SlotBook,
+        segment: tuple[int, ...],
+        by_prefix: bool,
+        short: bool,
+        own: int,
+        wait: bool,
     ) -> None:
         self._book, self._segment, self._by_prefix = book, segment, by_prefix
-        self._short, self._own = short, own
+        self._short, self._own, self._wait = short, own, wait
 
     async def __aenter__(self) -> int:
         book = self._book
-        awaited = book._worth_waiting(self._segment, None if self._by_prefix else self._own)
+        awaited = (
+            book._worth_waiting(self._segment, None if self._by_prefix else self._own)
+            if self._wait
+            else None
+        )
         if awaited is None and book._free and not book._waiting:
             self._slot = book._pick(self._segment, self._by_prefix)
             book._free.remove(self._slot)

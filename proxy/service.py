@@ -291,10 +291,12 @@ class DecisionService:
         The first question is read alone: it computes the conversation's KV in one slot.
         The rest follow ``question_fanout`` at a time (0: one per llama-server slot). One
         at a time, each lands in the slot that holds the conversation and computes only
-        its own question; in parallel, every other slot computes the conversation once
-        more, which costs more than it saves on a CPU (bench/shared_state.py) but is
-        nearly free on a GPU. The questions in ``contextual`` are calibrated against
-        the same question about ``free``."""
+        its own question. In parallel (``spread``), on the segment scheme (a GPU's, as
+        deploy/ sets it up) every other slot computes the conversation once more, which
+        costs more than it saves on a CPU (bench/shared_state.py) and is meant for a GPU;
+        on the prefix scheme (a CPU's) they wait for the slot reading it as any decision
+        does (proxy/kv.py). The questions in ``contextual`` are calibrated against the
+        same question about ``free``."""
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
         rotations = max((len(d) for d in debias.values()), default=1) or 1
@@ -312,7 +314,9 @@ class DecisionService:
             async with self._admission.admit(work):
                 items = list(questions.items())
 
-                def one(qid: str, question: Question) -> Coroutine[Any, Any, Outcome]:
+                def one(
+                    qid: str, question: Question, spread: bool = False
+                ) -> Coroutine[Any, Any, Outcome]:
                     return self._decide(
                         messages,
                         question,
@@ -320,16 +324,18 @@ class DecisionService:
                         debias.get(qid, ()),
                         free if qid in contextual else None,
                         layout,
+                        spread=spread,
                     )
 
                 first_id, first = items[0]
                 outcomes = {first_id: await one(first_id, first)}
                 if len(items) > 1:
                     limit = asyncio.Semaphore(self._fanout or await self.total_slots())
+                    spread = self._fanout != 1
 
                     async def limited(qid: str, question: Question) -> None:
                         async with limit:
-                            outcomes[qid] = await one(qid, question)
+                            outcomes[qid] = await one(qid, question, spread)
 
                     try:
                         async with asyncio.TaskGroup() as group:
@@ -347,13 +353,22 @@ class DecisionService:
         debias: Sequence[int],
         free: Sequence[Mapping[str, Any]] | None = None,
         layout: str = DEFAULT_LAYOUT,
+        *,
+        spread: bool = False,
     ) -> Outcome:
         if list(debias) in ([], [0]) or question.kind == "score":
-            outcome = await self._decide_once(messages, question, template_kwargs, layout)
+            outcome = await self._decide_once(
+                messages, question, template_kwargs, layout, spread=spread
+            )
         else:
             # one after another: each rotation reuses the KV of everything before the options
             reads = [
-                (s, await self._decide_once(messages, rotate(question, s), template_kwargs, layout))
+                (
+                    s,
+                    await self._decide_once(
+                        messages, rotate(question, s), template_kwargs, layout, spread=spread
+                    ),
+                )
                 for s in debias
             ]
             first = reads[0][1]
@@ -425,11 +440,15 @@ class DecisionService:
         question: Question,
         template_kwargs: Mapping[str, Any] | None,
         layout: str = DEFAULT_LAYOUT,
+        *,
+        spread: bool = False,
     ) -> Outcome:
         kwargs = rendering_kwargs(template_kwargs)
         for _attempt in range(2):
             info, labels = await self._catalogue.labels(len(question.names), kwargs)
-            outcome = await self._read(messages, question, labels, kwargs, info, layout)
+            outcome = await self._read(
+                messages, question, labels, kwargs, info, layout, spread=spread
+            )
             if outcome is not None:
                 return outcome
             self._forget()  # another model answered: verify labels again, once
@@ -551,12 +570,15 @@ class DecisionService:
         kwargs: Mapping[str, Any],
         info: ModelInfo,
         layout: str = DEFAULT_LAYOUT,
+        *,
+        spread: bool = False,
     ) -> Outcome | None:
         """The read, or ``None`` when a model other than ``info``'s answered it.
 
         Text conversations are read repeatably (``proxy/reader.py``): through
         ``/completion`` with the prompt's tokens, pinned to a leased slot. Others (images,
-        audio) go through llama-server's chat endpoint, which renders them itself."""
+        audio) go through llama-server's chat endpoint, which renders them itself.
+        ``spread``: one of a request's questions read in parallel (``_ask``)."""
         names = tuple(label for label, _ in labels)
         block = self._prompts.layout(question, names)
         convo = lay_out(messages, block, layout)
@@ -578,7 +600,10 @@ class DecisionService:
         segment = (tokens[0] if ubatch else tokens[0][: tokens[1]]) if tokens else ()
         queued = tokens is not None and short(tokens[0], ubatch)
         own = len(tokens[0]) - len(segment) if tokens else 0  # after the segment
-        async with book.lease(segment, by_prefix=bool(ubatch), short=queued, own=own) as slot:
+        wait = bool(ubatch) or not spread  # a fan-out on the segment scheme spreads the state
+        async with book.lease(
+            segment, by_prefix=bool(ubatch), short=queued, own=own, wait=wait
+        ) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None

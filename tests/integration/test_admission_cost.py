@@ -156,6 +156,43 @@ def test_questions_sent_at_once_about_one_state_evaluate_it_once(scheme, request
     assert max(estimated) > tokens  # the first to be costed reads it
 
 
+@pytest.fixture(scope="module")
+def segment_fanout(llama, logs_dir) -> Iterator[str]:
+    """The segment scheme with a request's questions read one per slot (meant for a GPU)."""
+    proc, url, log = launch_proxy(
+        logs_dir, llama.url, "--upstream-ubatch", "0", "--question-fanout", "0"
+    )
+    try:
+        _settled(url)
+        yield url
+    finally:
+        stop(proc)
+        log.close()
+
+
+def test_on_the_segment_scheme_a_requests_fan_out_reads_its_state_in_every_slot(
+    segment_fanout, llama
+):
+    state = _long(6, 12)  # about 500 tokens
+    tokens = len(httpx.post(llama.url + "/tokenize", json={"content": state}).json()["tokens"])
+    questions = {
+        f"q{i}": {"type": "noul", "instructions": f"Is this about topic {i}?"} for i in range(5)
+    }
+    llama.wait_idle()
+    before = _evaluated(llama)
+    resp = httpx.post(
+        segment_fanout + "/v1/systemone",
+        json={"model": "jev-latest", "state": state, "questions": questions},
+        timeout=300,
+    )
+    assert resp.status_code == 200, resp.text
+    spent = _evaluated(llama) - before
+    # the first question reads the state; the other four go one per slot, as
+    # --question-fanout 0 asks: one finds the state where the first left it, the others
+    # evaluate it again rather than wait for that slot (separate requests would wait)
+    assert spent > 3 * tokens, (spent, tokens)
+
+
 def _estimated_tokens(resp: httpx.Response) -> int:
     timing = resp.headers["Server-Timing"]
     found = re.search(r'semif-estimate;dur=\d+;desc="(\d+) prompt tokens', timing)

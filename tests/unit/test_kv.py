@@ -373,10 +373,10 @@ async def test_on_the_segment_scheme_a_question_waits_for_the_slot_reading_its_s
     await asyncio.sleep(0)
     assert not waiting.done()  # the other slot is free, but would evaluate the state again
     # another segment, and one that only begins like it (other kernels), take it at once
-    async with book.lease(tuple(range(30_000, 31_000)), own=40) as other:
-        assert other != slot
-    async with book.lease(SEGMENT[:900], own=40) as other:
-        assert other != slot
+    for other_segment in (tuple(range(30_000, 31_000)), SEGMENT[:900]):
+        other = book.lease(other_segment, own=40)
+        assert await asyncio.wait_for(other.__aenter__(), 1) != slot
+        await other.__aexit__(None, None, None)
     book.holds[slot] = Held((*SEGMENT, 1, 2), len(SEGMENT))
     await first.__aexit__(None, None, None)
     assert await waiting == slot
@@ -395,6 +395,42 @@ async def test_on_the_segment_scheme_a_free_slot_holding_the_segment_is_taken_at
     assert await second == 1
 
 
+async def test_on_the_segment_scheme_a_free_slot_holding_the_segment_beats_waiting():
+    book = SlotBook(3)
+    book.holds[2] = Held((*SEGMENT, 5), len(SEGMENT))
+    book.holds[1] = Held((*SEGMENT, 5), len(SEGMENT))
+    first = book.lease(SEGMENT, own=40)
+    reading = await first.__aenter__()
+    second = book.lease(SEGMENT, own=40)
+    free = await asyncio.wait_for(second.__aenter__(), 1)  # the other slot holding it
+    assert {reading, free} == {1, 2}
+    await second.__aexit__(None, None, None)
+    await first.__aexit__(None, None, None)
+
+
+async def test_on_the_segment_scheme_a_read_asked_not_to_wait_takes_a_free_slot():
+    book = SlotBook(2)
+    first = book.lease(SEGMENT, own=40)
+    slot = await first.__aenter__()
+    other = book.lease(SEGMENT, own=40, wait=False)  # a request's fan-out (service._ask)
+    assert await asyncio.wait_for(other.__aenter__(), 1) != slot
+    await other.__aexit__(None, None, None)
+    await first.__aexit__(None, None, None)
+
+
+async def test_on_the_segment_scheme_with_every_slot_reading_it_the_first_freed_serves():
+    book = SlotBook(2)
+    book.holds = {0: Held((*SEGMENT, 5), len(SEGMENT)), 1: Held((*SEGMENT, 6), len(SEGMENT))}
+    a, b = book.lease(SEGMENT, own=40), book.lease(SEGMENT, own=40)
+    first = await asyncio.wait_for(a.__aenter__(), 1)
+    second = await asyncio.wait_for(b.__aenter__(), 1)  # the other slot that holds it
+    third = asyncio.ensure_future(book.lease(SEGMENT, own=40).__aenter__())
+    await asyncio.sleep(0)
+    await b.__aexit__(None, None, None)  # both will hold it: the first freed goes to it
+    assert await asyncio.wait_for(third, 1) == second != first
+    await a.__aexit__(None, None, None)
+
+
 async def test_on_the_segment_scheme_waiting_stops_where_it_costs_more_than_the_segment():
     book = SlotBook(4)
     # each waiter evaluates 40 + READ_TOKENS 16 = 56 tokens there: 17 x 56 = 952 <= 1,000,
@@ -404,8 +440,9 @@ async def test_on_the_segment_scheme_waiting_stops_where_it_costs_more_than_the_
     rest = [asyncio.ensure_future(book.lease(SEGMENT, own=40).__aenter__()) for _ in range(17)]
     await asyncio.sleep(0)
     assert not any(r.done() for r in rest)
-    async with book.lease(SEGMENT, own=40) as other:
-        assert other != slot
+    eighteenth = book.lease(SEGMENT, own=40)
+    assert await asyncio.wait_for(eighteenth.__aenter__(), 1) != slot
+    await eighteenth.__aexit__(None, None, None)
     for r in rest:
         r.cancel()
     await first.__aexit__(None, None, None)
@@ -416,8 +453,9 @@ async def test_on_the_segment_scheme_a_short_segment_is_not_waited_for():
     short_segment = SEGMENT[:100]  # under WAIT_FOR_PREFIX (128)
     first = book.lease(short_segment, own=10)
     slot = await first.__aenter__()
-    async with book.lease(short_segment, own=10) as other:
-        assert other != slot
+    other = book.lease(short_segment, own=10)
+    assert await asyncio.wait_for(other.__aenter__(), 1) != slot
+    await other.__aexit__(None, None, None)
     await first.__aexit__(None, None, None)
 
 
