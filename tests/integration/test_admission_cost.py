@@ -49,15 +49,20 @@ def _settled(url: str) -> None:
     wait_for_self_check(url)
 
 
-@pytest.fixture(scope="module")
-def short_deadline(llama, logs_dir) -> Iterator[str]:
-    proc, url, log = launch_proxy(logs_dir, llama.url, "--decision-deadline-s", "3")
+def _settled_proxy(llama, logs_dir, *flags: str) -> Iterator[str]:
+    """A proxy of its own with ``flags``, settled (``_settled``), stopped after."""
+    proc, url, log = launch_proxy(logs_dir, llama.url, *flags)
     try:
         _settled(url)
         yield url
     finally:
         stop(proc)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def short_deadline(llama, logs_dir) -> Iterator[str]:
+    yield from _settled_proxy(llama, logs_dir, "--decision-deadline-s", "3")
 
 
 def test_a_decision_no_server_could_read_in_time_is_refused_at_once_naming_the_estimate(
@@ -103,13 +108,7 @@ def test_system_one_refuses_it_with_a_422_detail(short_deadline):
 @pytest.fixture(scope="module")
 def segment_scheme(llama, logs_dir) -> Iterator[str]:
     """A proxy told nothing of llama-server's -ub: the segment scheme (proxy/kv.py)."""
-    proc, url, log = launch_proxy(logs_dir, llama.url, "--upstream-ubatch", "0")
-    try:
-        _settled(url)
-        yield url
-    finally:
-        stop(proc)
-        log.close()
+    yield from _settled_proxy(llama, logs_dir, "--upstream-ubatch", "0")
 
 
 @pytest.mark.parametrize("scheme", ["prefix-63", "segment"])
@@ -159,15 +158,7 @@ def test_questions_sent_at_once_about_one_state_evaluate_it_once(scheme, request
 @pytest.fixture(scope="module")
 def segment_fanout(llama, logs_dir) -> Iterator[str]:
     """The segment scheme with a request's questions read one per slot (meant for a GPU)."""
-    proc, url, log = launch_proxy(
-        logs_dir, llama.url, "--upstream-ubatch", "0", "--question-fanout", "0"
-    )
-    try:
-        _settled(url)
-        yield url
-    finally:
-        stop(proc)
-        log.close()
+    yield from _settled_proxy(llama, logs_dir, "--upstream-ubatch", "0", "--question-fanout", "0")
 
 
 def test_on_the_segment_scheme_a_requests_fan_out_reads_its_state_in_every_slot(
