@@ -415,6 +415,12 @@ class SlotBook:
                 return Held(segment, s_len)
         return None
 
+    def holding(self, segment: tuple[int, ...]) -> int:
+        """How many slots hold ``segment`` as their segment (the segment scheme)."""
+        return sum(
+            1 for h in self.holds.values() if h is not None and _same(segment, h.tokens, h.s_len)
+        )
+
     def _behind(self, segment: tuple[int, ...], awaited: int | None) -> int | None:
         """A busy slot a short lease may queue behind (``depth``): ``awaited`` when it
         has room, else the one with fewest leases, sharing most of ``segment``, used

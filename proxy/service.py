@@ -302,12 +302,17 @@ class DecisionService:
         rotations = max((len(d) for d in debias.values()), default=1) or 1
         self._admission.crowded()  # before planning asks llama-server anything
         book = await self._reader.book()
+        spread = 0  # a fan-out on the segment scheme: these questions read at once
+        if len(questions) > 1 and self._fanout != 1 and not self._reader.ubatch:
+            slots = await self.total_slots()
+            spread = min(len(questions) - 1, self._fanout or slots, slots)
         work, first_prompt = await self._work(
             [(messages, q) for q in questions.values()],
             template_kwargs,
             layout,
             rotations,
             bool(contextual),
+            spread,
         )
         # until it has finished, its prompt is one the slots will hold (book.base)
         with book.coming(first_prompt) if first_prompt else contextlib.nullcontext():
@@ -501,10 +506,14 @@ class DecisionService:
         layout: str,
         rotations: int,
         contextual: bool,
+        spread: int = 0,
     ) -> tuple[Work | None, tuple[int, ...]]:
         """The tokens and idle-server seconds of reading each (conversation, question) in
         turn, the first on the slot holding most of its prompt and each next on the slot
-        the one before left (as the slot book places a conversation's questions); each
+        the one before left (as the slot book places a conversation's questions), except
+        that ``spread`` questions after the first are read at once (a fan-out on the
+        segment scheme), each in a slot of its own: those beyond the slots that hold the
+        first's segment (its own slot, at least) evaluate it again; each
         read widened as often as the last one with as many options; ``rotations`` reads
         per question (debiasing: each again from the options on), one more for a
         content-free answer. None while this server's costs are unknown or the prompt
@@ -522,6 +531,7 @@ class DecisionService:
         first: tuple[int, ...] = ()
         tokens = 0
         seconds = 0.0
+        again_fresh = 0  # questions of the fan-out read in a slot without the segment
         for messages, question in asked:
             info, labels = await self._catalogue.labels(len(question.names), kwargs)
             block = self._prompts.layout(question, tuple(label for label, _ in labels))
@@ -540,6 +550,9 @@ class DecisionService:
                     first, before = prompt, book.base(prompt)
                 else:
                     first, before = prompt[:s_len], book.base_segment(prompt, s_len)
+                    again_fresh = max(0, spread - max(1, book.holding(first)))
+            elif again_fresh:
+                before, again_fresh = None, again_fresh - 1
             steps = plan_prefix(before, prompt, ubatch) if ubatch else plan(before, s_len, prompt)
             for step in steps:
                 step_s = cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated, step.cached)

@@ -12,7 +12,7 @@ from proxy.cost import CHUNK
 from proxy.decision.question import choice_question
 from proxy.errors import InvalidRequest, UpstreamBadResponse, UpstreamTimeout
 from proxy.kv import common_prefix
-from proxy.service import DecisionService, read_widths
+from proxy.service import Asked, DecisionService, read_widths
 from proxy.upstream import Completion, ModelInfo, NextToken
 
 CONTEXT = "<|im_end|>\n<|im_start|>assistant\n"
@@ -515,3 +515,70 @@ async def test_an_admitted_decision_counts_its_evaluated_tokens_as_it_goes():
     assert before == [pytest.approx((whole + 1) * 0.001)]
     assert after == [pytest.approx(before[0] / (whole + 1))]
     assert admission.ahead() == []
+
+
+@pytest.mark.parametrize(("fanout", "fresh_reads"), [(1, 1), (0, 2), (3, 2)])
+async def test_the_estimate_counts_the_state_again_in_each_slot_a_fan_out_spreads_to(
+    fanout, fresh_reads
+):
+    """On the segment scheme a request's questions after the first are read in turn in
+    the slot the first left (``--question-fanout 1``), or at once, each in a slot of its
+    own (two slots here), where all but the first's evaluate the state again: admission's
+    estimate counts exactly the tokens the reads evaluate."""
+    admitted = []
+
+    class Watched(Admission):
+        def admit(self, work=None):
+            admitted.append(work)
+            return super().admit(work)
+
+    class Overlapping(RecordedUpstream):
+        async def complete(self, tokens, **kwargs):
+            await asyncio.sleep(0)  # as a real read, it lets the other questions lease
+            return await super().complete(tokens, **kwargs)
+
+    letters = "ABC"
+    up = Overlapping([{49: -1.0, 51: -2.0}] * len(letters))
+    admission = Watched(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+    service = DecisionService(up, n_probs=8, admission=admission, question_fanout=fanout)
+    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)  # 1 ms a token
+    state = [{"role": "user", "content": "a long shared state " * 20}]
+    questions = {q: choice_question(["x", "y"], instructions=f"Question {q}?") for q in letters}
+    await service.answer(Asked(state, questions))
+    (work,) = admitted
+    reads = [r for r in up.requests if r[4] > 0]
+    assert len({slot for slot, *_ in reads}) == (2 if fanout != 1 else 1)
+    whole = max(evaluated for *_, evaluated in reads)  # the first read, from nothing
+    assert sum(evaluated for *_, evaluated in reads if evaluated == whole) == fresh_reads * whole
+    assert work.tokens == sum(evaluated for *_, evaluated in up.requests)
+
+
+async def test_a_fan_out_to_slots_that_already_hold_the_state_is_estimated_without_it():
+    """The same state asked about again: both slots hold it from the first fan-out, so
+    the second evaluates only its questions, and its estimate says so."""
+    admitted = []
+
+    class Watched(Admission):
+        def admit(self, work=None):
+            admitted.append(work)
+            return super().admit(work)
+
+    class Overlapping(RecordedUpstream):
+        async def complete(self, tokens, **kwargs):
+            await asyncio.sleep(0)
+            return await super().complete(tokens, **kwargs)
+
+    up = Overlapping([{49: -1.0, 51: -2.0}] * 6)
+    admission = Watched(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+    service = DecisionService(up, n_probs=8, admission=admission, question_fanout=0)
+    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)
+    state = [{"role": "user", "content": "a long shared state " * 20}]
+    for batch in ("ABC", "DEF"):
+        cut = len(up.requests)
+        questions = {q: choice_question(["x", "y"], instructions=f"Question {q}?") for q in batch}
+        await service.answer(Asked(state, questions))
+        evaluated = [r[4] for r in up.requests[cut:]]
+        assert admitted[-1].tokens == sum(evaluated)
+    # the second batch's reads evaluate their questions only: each less than the state
+    assert max(evaluated) < len(state[0]["content"])
+    assert len({r[0] for r in up.requests}) == 2
