@@ -261,7 +261,11 @@ class SlotBook:
     to the first of them. A decision also waits for one leased slot when the decision
     reading there will leave ``WAIT_FOR_PREFIX`` tokens more of this prompt in it than
     any free slot holds (the segment scheme: its whole segment, when no free slot holds
-    it): shared work is done once.
+    it): shared work is done once. Such a decision is served before those in line for any
+    slot, but the line is passed over at most ``size`` times in a row (then the next freed
+    slot goes to its first), so streams of questions about states the slots hold cannot
+    hold back a decision about something else (admission's estimate counts turns in
+    arrival order).
 
     ``depth`` 2: a *short* lease (a read of one request whose numbers do not depend on
     what the slot holds: the prefix scheme's prompts of at most 256 tokens) may also
@@ -285,6 +289,9 @@ class SlotBook:
         # leased slot -> what its read leaves there: the prompt (prefix scheme), the segment
         self._reading: dict[int, tuple[int, ...]] = {}
         self._waiting_for: dict[int, collections.deque[asyncio.Future[int]]] = {}
+        # slots handed to their own waiters past the first in ``_waiting`` since one of
+        # that line was last served: at ``size``, the next freed slot goes to the line
+        self._passed = 0
         # the first prompts (segments, on the segment scheme) of decisions admitted (or
         # being admitted) that have not finished, for estimates (``base``,
         # ``base_segment``): what the slots will soon hold
@@ -457,16 +464,18 @@ class SlotBook:
         self._reading.pop(slot, None)
         self._short.discard(slot)  # until its next lease says what it is
         queue = self._waiting_for.get(slot)
-        while queue:
-            waiter = queue.popleft()
-            if not waiter.done():
-                waiter.set_result(slot)  # to a decision that waits for what this slot holds
-                return
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(slot)  # straight to the first in line
-                return
+        while queue and queue[0].done():
+            queue.popleft()
+        while self._waiting and self._waiting[0].done():
+            self._waiting.popleft()
+        if queue and (not self._waiting or self._passed < self.size):
+            self._passed += bool(self._waiting)
+            queue.popleft().set_result(slot)  # to a decision that waits for what it holds
+            return
+        if self._waiting:
+            self._passed = 0
+            self._waiting.popleft().set_result(slot)  # straight to the first in line
+            return
         self._turns[slot] = 0
         self._free.append(slot)
 

@@ -583,3 +583,46 @@ def test_common_prefix_finds_every_first_difference():
         other = (*base[:at], -1, *base[at + 1 :])
         assert common_prefix(base, other) == at
         assert common_prefix(base[: at + 5], list(other)) == at
+
+
+async def test_streams_about_states_the_slots_hold_pass_a_decision_in_line_at_most_size_times():
+    """Every slot reads a long state of its own, and each read's follow-up arrives while
+    it runs, waiting for that slot; a decision about something else waits in line for
+    any slot. It is passed over at most ``size`` times, then served."""
+    book = SlotBook(2)
+    states = [tuple(range(s, s + 300)) for s in (10_000, 20_000)]
+    asked = 0
+
+    async def ask(slot_state: tuple[int, ...]):
+        nonlocal asked
+        asked += 1
+        lease = book.lease(slot_state + (asked,), by_prefix=True)
+        return lease, asyncio.ensure_future(lease.__aenter__())
+
+    running = []
+    for state in states:
+        lease, entered = await ask(state)
+        running.append((lease, await entered))
+    other = asyncio.ensure_future(book.lease((1, 2, 3), by_prefix=True).__aenter__())
+    await asyncio.sleep(0)
+    passed = 0
+    for turn in range(8):
+        follow = [await ask(state) for state in states]  # one waits for each slot
+        await asyncio.sleep(0)
+        assert not any(f.done() for _, f in follow)
+        lease, slot = running[turn % 2]
+        book.holds[slot] = Held(states[turn % 2] + (0,), 0)
+        await lease.__aexit__(None, None, None)
+        await asyncio.sleep(0)
+        if other.done():
+            break
+        passed += 1
+        mine = follow[turn % 2]
+        assert mine[1].done() and await mine[1] == slot  # the follow-up took its slot
+        running[turn % 2] = (mine[0], slot)
+        for _, f in follow:
+            if not f.done():
+                f.cancel()
+    assert other.done() and passed == book.size
+    for _, f in follow:
+        f.cancel()
