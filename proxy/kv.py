@@ -445,36 +445,44 @@ class SlotBook:
             default=None,
         )
 
+    def _next_line(self, slot: int) -> collections.deque[asyncio.Future[int]] | None:
+        """The line ``slot`` goes to next, its first still waiting: the decisions waiting
+        for what it holds, unless those in line for any slot have been passed over
+        ``size`` times in a row; None when nobody waits for it."""
+        own = self._waiting_for.get(slot)
+        while own and own[0].done():
+            own.popleft()
+        while self._waiting and self._waiting[0].done():
+            self._waiting.popleft()
+        if not self._waiting:
+            self._passed = 0
+        if own and (not self._waiting or self._passed < self.size):
+            return own
+        return self._waiting or None
+
+    def _hand(self, line: collections.deque[asyncio.Future[int]], slot: int) -> None:
+        if line is self._waiting:
+            self._passed = 0
+        elif self._waiting:
+            self._passed += 1
+        line.popleft().set_result(slot)
+
     def _release(self, slot: int) -> None:
         if self._turns[slot] > 1:  # a short lease queued behind still holds it
             self._turns[slot] -= 1
-            # room behind it again: for the first in line, when that is a short lease
-            for queue in (self._waiting_for.get(slot), self._waiting):
-                while queue and queue[0].done():
-                    queue.popleft()
-                if queue and queue[0] in self._queueable:
-                    self._turns[slot] += 1
-                    queue.popleft().set_result(slot)
-                    return
-                if queue:
-                    return
+            # room behind it again: for the first of the next line, when a short lease
+            line = self._next_line(slot)
+            if line and line[0] in self._queueable:
+                self._turns[slot] += 1
+                self._hand(line, slot)
             return
         self._uses += 1
         self._last_use[slot] = self._uses
         self._reading.pop(slot, None)
         self._short.discard(slot)  # until its next lease says what it is
-        queue = self._waiting_for.get(slot)
-        while queue and queue[0].done():
-            queue.popleft()
-        while self._waiting and self._waiting[0].done():
-            self._waiting.popleft()
-        if queue and (not self._waiting or self._passed < self.size):
-            self._passed += bool(self._waiting)
-            queue.popleft().set_result(slot)  # to a decision that waits for what it holds
-            return
-        if self._waiting:
-            self._passed = 0
-            self._waiting.popleft().set_result(slot)  # straight to the first in line
+        line = self._next_line(slot)
+        if line:  # to a decision waiting for what it holds, or the first in line
+            self._hand(line, slot)
             return
         self._turns[slot] = 0
         self._free.append(slot)

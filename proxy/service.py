@@ -289,9 +289,9 @@ class DecisionService:
         """Every question about one conversation, each in its own prompt, once admitted.
 
         The first question is read alone: it computes the conversation's KV in one slot.
-        The rest follow ``question_fanout`` at a time (0: one per llama-server slot). One
-        at a time, each lands in the slot that holds the conversation and computes only
-        its own question. In parallel (``spread``), on the segment scheme (a GPU's, as
+        The rest follow ``question_fanout`` at a time (0: one per slot this process
+        leases). One at a time, each lands in the slot that holds the conversation and
+        computes only its own question. In parallel (``spread``), on the segment scheme (a GPU's, as
         deploy/ sets it up) every other slot computes the conversation once more, which
         costs more than it saves on a CPU (bench/shared_state.py) and is meant for a GPU;
         on the prefix scheme (a CPU's) they wait for the slot reading it as any decision
@@ -302,17 +302,16 @@ class DecisionService:
         rotations = max((len(d) for d in debias.values()), default=1) or 1
         self._admission.crowded()  # before planning asks llama-server anything
         book = await self._reader.book()
-        spread = 0  # a fan-out on the segment scheme: these questions read at once
+        at_once = 0  # a fan-out on the segment scheme: questions read at once
         if len(questions) > 1 and self._fanout != 1 and not self._reader.ubatch:
-            slots = await self.total_slots()
-            spread = min(len(questions) - 1, self._fanout or slots, slots)
+            at_once = min(len(questions) - 1, self._fanout or book.size, book.size)
         work, first_prompt = await self._work(
             [(messages, q) for q in questions.values()],
             template_kwargs,
             layout,
             rotations,
             bool(contextual),
-            spread,
+            at_once,
         )
         # until it has finished, its prompt is one the slots will hold (book.base)
         with book.coming(first_prompt) if first_prompt else contextlib.nullcontext():
@@ -335,7 +334,7 @@ class DecisionService:
                 first_id, first = items[0]
                 outcomes = {first_id: await one(first_id, first)}
                 if len(items) > 1:
-                    limit = asyncio.Semaphore(self._fanout or await self.total_slots())
+                    limit = asyncio.Semaphore(self._fanout or book.size)
                     spread = self._fanout != 1
 
                     async def limited(qid: str, question: Question) -> None:
@@ -506,14 +505,14 @@ class DecisionService:
         layout: str,
         rotations: int,
         contextual: bool,
-        spread: int = 0,
+        at_once: int = 0,
     ) -> tuple[Work | None, tuple[int, ...]]:
         """The tokens and idle-server seconds of reading each (conversation, question) in
         turn, the first on the slot holding most of its prompt and each next on the slot
         the one before left (as the slot book places a conversation's questions), except
-        that ``spread`` questions after the first are read at once (a fan-out on the
-        segment scheme), each in a slot of its own: those beyond the slots that hold the
-        first's segment (its own slot, at least) evaluate it again; each
+        that ``at_once`` questions after the first are read at once (a fan-out on the
+        segment scheme), each in a slot of this process's own: those beyond the slots that
+        hold the first's segment (its own slot, at least) evaluate it again; each
         read widened as often as the last one with as many options; ``rotations`` reads
         per question (debiasing: each again from the options on), one more for a
         content-free answer. None while this server's costs are unknown or the prompt
@@ -550,7 +549,7 @@ class DecisionService:
                     first, before = prompt, book.base(prompt)
                 else:
                     first, before = prompt[:s_len], book.base_segment(prompt, s_len)
-                    again_fresh = max(0, spread - max(1, book.holding(first)))
+                    again_fresh = max(0, at_once - max(1, book.holding(first)))
             elif again_fresh:
                 before, again_fresh = None, again_fresh - 1
             steps = plan_prefix(before, prompt, ubatch) if ubatch else plan(before, s_len, prompt)
@@ -562,7 +561,9 @@ class DecisionService:
                 seconds += step_s
             again = rotations - 1 + int(contextual)  # the options again, from where they start
             if again:
-                part = steps[-1].length - common_prefix(prompt, before.tokens if before else ())
+                # after the first read the slot keeps at least the segment (segment scheme)
+                held = before.tokens if before else prompt[:s_len]
+                part = steps[-1].length - common_prefix(prompt, held)
                 part = min(max(part, 1), len(prompt) - 1)
                 step_s = cost.step_s(kind_of(part, ubatch), part, len(prompt) - part) or 0.0
                 tokens += again * part

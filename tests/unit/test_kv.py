@@ -626,3 +626,39 @@ async def test_streams_about_states_the_slots_hold_pass_a_decision_in_line_at_mo
     assert other.done() and passed == book.size
     for _, f in follow:
         f.cancel()
+
+
+async def test_short_leases_queued_behind_for_a_held_prefix_pass_the_line_at_most_size_times():
+    """The same rule where short reads queue behind one another in a slot (``depth`` 2):
+    a stream of short questions about the prefix one slot is reading passes a decision in
+    line for any slot at most ``size`` times, then lets it queue behind."""
+    book = SlotBook(2, depth=2)
+    fixed = tuple(range(7000, 7200))  # a classifier's fixed part, read in slot 0
+    long = await book.lease((1, 2, 3), by_prefix=True).__aenter__()  # another, long read
+    asked = iter(range(1, 100))
+
+    def ask():
+        lease = book.lease(fixed + (next(asked),), by_prefix=True, short=True)
+        return lease, asyncio.ensure_future(lease.__aenter__())
+
+    leases = [ask(), ask()]  # one reads in slot 0, one queues behind it
+    slot = 1 - long
+    assert [await entered for _, entered in leases] == [slot, slot]
+    leases.append(ask())  # waits for slot 0's prefix
+    other = asyncio.ensure_future(book.lease((4, 5), by_prefix=True, short=True).__aenter__())
+    await asyncio.sleep(0)
+    assert not other.done() and not leases[-1][1].done()
+    passed = 0
+    while not other.done():
+        lease, _ = leases.pop(0)
+        await lease.__aexit__(None, None, None)  # room behind in that slot again
+        await asyncio.sleep(0)
+        if other.done():
+            break
+        passed += 1
+        assert leases[1][1].done()  # the next question about the prefix queued behind
+        leases.append(ask())
+        await asyncio.sleep(0)
+        assert passed <= book.size
+    assert await other == slot and passed == book.size
+    leases[-1][1].cancel()

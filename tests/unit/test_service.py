@@ -517,14 +517,18 @@ async def test_an_admitted_decision_counts_its_evaluated_tokens_as_it_goes():
     assert admission.ahead() == []
 
 
-@pytest.mark.parametrize(("fanout", "fresh_reads"), [(1, 1), (0, 2), (3, 2)])
+@pytest.mark.parametrize(
+    ("fanout", "worker", "fresh_reads"),
+    [(1, (0, 1), 1), (0, (0, 1), 2), (3, (0, 1), 2), (0, (1, 2), 1)],
+)
 async def test_the_estimate_counts_the_state_again_in_each_slot_a_fan_out_spreads_to(
-    fanout, fresh_reads
+    fanout, worker, fresh_reads
 ):
     """On the segment scheme a request's questions after the first are read in turn in
     the slot the first left (``--question-fanout 1``), or at once, each in a slot of its
-    own (two slots here), where all but the first's evaluate the state again: admission's
-    estimate counts exactly the tokens the reads evaluate."""
+    own (two slots here; one for the second of two worker processes), where all but the
+    first's evaluate the state again: admission's estimate counts exactly the tokens the
+    reads evaluate."""
     admitted = []
 
     class Watched(Admission):
@@ -540,14 +544,16 @@ async def test_the_estimate_counts_the_state_again_in_each_slot_a_fan_out_spread
     letters = "ABC"
     up = Overlapping([{49: -1.0, 51: -2.0}] * len(letters))
     admission = Watched(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
-    service = DecisionService(up, n_probs=8, admission=admission, question_fanout=fanout)
+    service = DecisionService(
+        up, n_probs=8, admission=admission, question_fanout=fanout, worker=worker
+    )
     service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)  # 1 ms a token
     state = [{"role": "user", "content": "a long shared state " * 20}]
     questions = {q: choice_question(["x", "y"], instructions=f"Question {q}?") for q in letters}
     await service.answer(Asked(state, questions))
     (work,) = admitted
     reads = [r for r in up.requests if r[4] > 0]
-    assert len({slot for slot, *_ in reads}) == (2 if fanout != 1 else 1)
+    assert len({slot for slot, *_ in reads}) == fresh_reads
     whole = max(evaluated for *_, evaluated in reads)  # the first read, from nothing
     assert sum(evaluated for *_, evaluated in reads if evaluated == whole) == fresh_reads * whole
     assert work.tokens == sum(evaluated for *_, evaluated in up.requests)
@@ -582,3 +588,36 @@ async def test_a_fan_out_to_slots_that_already_hold_the_state_is_estimated_witho
     # the second batch's reads evaluate their questions only: each less than the state
     assert max(evaluated) < len(state[0]["content"])
     assert len({r[0] for r in up.requests}) == 2
+
+
+@pytest.mark.parametrize("fanout", [1, 0])
+async def test_debiasing_reads_after_the_first_are_estimated_without_the_state(fanout):
+    """Each cyclic rotation after a question's first read evaluates from the question on,
+    the state staying in the slot, also when that first read began in an empty slot:
+    the estimate counts no state for them (it may count a question's instructions
+    again, read once per rotation at most)."""
+    admitted = []
+
+    class Watched(Admission):
+        def admit(self, work=None):
+            admitted.append(work)
+            return super().admit(work)
+
+    class Overlapping(RecordedUpstream):
+        async def complete(self, tokens, **kwargs):
+            await asyncio.sleep(0)
+            return await super().complete(tokens, **kwargs)
+
+    up = Overlapping([{49: -1.0, 51: -2.0}] * 6)
+    admission = Watched(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+    service = DecisionService(up, n_probs=8, admission=admission, question_fanout=fanout)
+    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)
+    state = "a long shared state " * 20
+    questions = {q: choice_question(["x", "y"], instructions=f"Question {q}?") for q in "ABC"}
+    await service.answer(
+        Asked([{"role": "user", "content": state}], questions, debias_method="cyclic")
+    )
+    evaluated = sum(r[4] for r in up.requests)
+    assert len(up.widths) == 6  # two rotations of three questions
+    instructions = len("Question A?\n") * len(up.widths)
+    assert evaluated <= admitted[0].tokens <= evaluated + instructions < evaluated + len(state)
