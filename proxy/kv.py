@@ -263,9 +263,9 @@ class SlotBook:
     any free slot holds (the segment scheme: its whole segment, when no free slot holds
     it): shared work is done once. Such a decision is served before those in line for any
     slot, but the line is passed over at most ``size`` times in a row (then the next freed
-    slot goes to its first), so streams of questions about states the slots hold cannot
-    hold back a decision about something else (admission's estimate counts turns in
-    arrival order).
+    slot goes to its first), so streams of questions about states the slots hold delay a
+    decision about something else by that many reads at most, not indefinitely
+    (admission's estimate counts turns in arrival order).
 
     ``depth`` 2: a *short* lease (a read of one request whose numbers do not depend on
     what the slot holds: the prefix scheme's prompts of at most 256 tokens) may also

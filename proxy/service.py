@@ -291,12 +291,12 @@ class DecisionService:
         The first question is read alone: it computes the conversation's KV in one slot.
         The rest follow ``question_fanout`` at a time (0: one per slot this process
         leases). One at a time, each lands in the slot that holds the conversation and
-        computes only its own question. In parallel (``spread``), on the segment scheme (a GPU's, as
-        deploy/ sets it up) every other slot computes the conversation once more, which
-        costs more than it saves on a CPU (bench/shared_state.py) and is meant for a GPU;
-        on the prefix scheme (a CPU's) they wait for the slot reading it as any decision
-        does (proxy/kv.py). The questions in ``contextual`` are calibrated against the
-        same question about ``free``."""
+        computes only its own question. In parallel (``spread``), on the segment scheme
+        (a GPU's, as deploy/ sets it up) every other slot computes the conversation once
+        more, which costs more than it saves on a CPU (bench/shared_state.py) and is meant
+        for a GPU; on the prefix scheme (a CPU's) they wait for the slot reading it as any
+        decision does (proxy/kv.py). The questions in ``contextual`` are calibrated
+        against the same question about ``free``."""
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
         rotations = max((len(d) for d in debias.values()), default=1) or 1
