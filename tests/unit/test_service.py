@@ -517,6 +517,43 @@ async def test_an_admitted_decision_counts_its_evaluated_tokens_as_it_goes():
     assert admission.ahead() == []
 
 
+STATE = "a long shared state " * 20  # 400 tokens (one per character)
+
+
+class _Admitted(Admission):
+    """Admission that keeps the work of every request it is asked to admit."""
+
+    def __init__(self):
+        super().__init__(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+        self.works = []
+
+    def admit(self, work=None):
+        self.works.append(work)
+        return super().admit(work)
+
+
+class _Overlapping(RecordedUpstream):
+    async def complete(self, tokens, **kwargs):
+        await asyncio.sleep(0)  # as a real read, it lets the other questions lease
+        return await super().complete(tokens, **kwargs)
+
+
+def _estimated(fanout: int, reads: int, worker=(0, 1)):
+    """A segment-scheme service over two recorded slots whose admission keeps each
+    request's estimate; 1 ms a token."""
+    up = _Overlapping([{49: -1.0, 51: -2.0}] * reads)
+    admission = _Admitted()
+    service = DecisionService(
+        up, n_probs=8, admission=admission, question_fanout=fanout, worker=worker
+    )
+    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)
+    return service, up, admission.works
+
+
+def _questions(letters: str):
+    return {q: choice_question(["x", "y"], instructions=f"Question {q}?") for q in letters}
+
+
 @pytest.mark.parametrize(
     ("fanout", "worker", "fresh_reads"),
     [(1, (0, 1), 1), (0, (0, 1), 2), (3, (0, 1), 2), (0, (1, 2), 1)],
@@ -529,28 +566,8 @@ async def test_the_estimate_counts_the_state_again_in_each_slot_a_fan_out_spread
     own (two slots here; one for the second of two worker processes), where all but the
     first's evaluate the state again: admission's estimate counts exactly the tokens the
     reads evaluate."""
-    admitted = []
-
-    class Watched(Admission):
-        def admit(self, work=None):
-            admitted.append(work)
-            return super().admit(work)
-
-    class Overlapping(RecordedUpstream):
-        async def complete(self, tokens, **kwargs):
-            await asyncio.sleep(0)  # as a real read, it lets the other questions lease
-            return await super().complete(tokens, **kwargs)
-
-    letters = "ABC"
-    up = Overlapping([{49: -1.0, 51: -2.0}] * len(letters))
-    admission = Watched(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
-    service = DecisionService(
-        up, n_probs=8, admission=admission, question_fanout=fanout, worker=worker
-    )
-    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)  # 1 ms a token
-    state = [{"role": "user", "content": "a long shared state " * 20}]
-    questions = {q: choice_question(["x", "y"], instructions=f"Question {q}?") for q in letters}
-    await service.answer(Asked(state, questions))
+    service, up, admitted = _estimated(fanout, 3, worker)
+    await service.answer(Asked([{"role": "user", "content": STATE}], _questions("ABC")))
     (work,) = admitted
     reads = [r for r in up.requests if r[4] > 0]
     assert len({slot for slot, *_ in reads}) == fresh_reads
@@ -562,31 +579,14 @@ async def test_the_estimate_counts_the_state_again_in_each_slot_a_fan_out_spread
 async def test_a_fan_out_to_slots_that_already_hold_the_state_is_estimated_without_it():
     """The same state asked about again: both slots hold it from the first fan-out, so
     the second evaluates only its questions, and its estimate says so."""
-    admitted = []
-
-    class Watched(Admission):
-        def admit(self, work=None):
-            admitted.append(work)
-            return super().admit(work)
-
-    class Overlapping(RecordedUpstream):
-        async def complete(self, tokens, **kwargs):
-            await asyncio.sleep(0)
-            return await super().complete(tokens, **kwargs)
-
-    up = Overlapping([{49: -1.0, 51: -2.0}] * 6)
-    admission = Watched(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
-    service = DecisionService(up, n_probs=8, admission=admission, question_fanout=0)
-    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)
-    state = [{"role": "user", "content": "a long shared state " * 20}]
+    service, up, admitted = _estimated(0, 6)
     for batch in ("ABC", "DEF"):
         cut = len(up.requests)
-        questions = {q: choice_question(["x", "y"], instructions=f"Question {q}?") for q in batch}
-        await service.answer(Asked(state, questions))
+        await service.answer(Asked([{"role": "user", "content": STATE}], _questions(batch)))
         evaluated = [r[4] for r in up.requests[cut:]]
         assert admitted[-1].tokens == sum(evaluated)
     # the second batch's reads evaluate their questions only: each less than the state
-    assert max(evaluated) < len(state[0]["content"])
+    assert max(evaluated) < len(STATE)
     assert len({r[0] for r in up.requests}) == 2
 
 
@@ -596,28 +596,11 @@ async def test_debiasing_reads_after_the_first_are_estimated_without_the_state(f
     the state staying in the slot, also when that first read began in an empty slot:
     the estimate counts no state for them (it may count a question's instructions
     again, read once per rotation at most)."""
-    admitted = []
-
-    class Watched(Admission):
-        def admit(self, work=None):
-            admitted.append(work)
-            return super().admit(work)
-
-    class Overlapping(RecordedUpstream):
-        async def complete(self, tokens, **kwargs):
-            await asyncio.sleep(0)
-            return await super().complete(tokens, **kwargs)
-
-    up = Overlapping([{49: -1.0, 51: -2.0}] * 6)
-    admission = Watched(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
-    service = DecisionService(up, n_probs=8, admission=admission, question_fanout=fanout)
-    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)
-    state = "a long shared state " * 20
-    questions = {q: choice_question(["x", "y"], instructions=f"Question {q}?") for q in "ABC"}
+    service, up, admitted = _estimated(fanout, 6)
     await service.answer(
-        Asked([{"role": "user", "content": state}], questions, debias_method="cyclic")
+        Asked([{"role": "user", "content": STATE}], _questions("ABC"), debias_method="cyclic")
     )
     evaluated = sum(r[4] for r in up.requests)
     assert len(up.widths) == 6  # two rotations of three questions
     instructions = len("Question A?\n") * len(up.widths)
-    assert evaluated <= admitted[0].tokens <= evaluated + instructions < evaluated + len(state)
+    assert evaluated <= admitted[0].tokens <= evaluated + instructions < evaluated + len(STATE)
