@@ -302,8 +302,11 @@ class DecisionService:
         rotations = max((len(d) for d in debias.values()), default=1) or 1
         self._admission.crowded()  # before planning asks llama-server anything
         book = await self._reader.book()
-        at_once = 0  # a fan-out on the segment scheme: questions read at once
-        if len(questions) > 1 and self._fanout != 1 and not self._reader.ubatch:
+        # a fan-out on the segment scheme: the questions after the first read at once, each
+        # in a slot of its own (on the prefix scheme they wait for the slot reading it)
+        spread = self._fanout != 1 and not self._reader.ubatch
+        at_once = 0
+        if spread and len(questions) > 1:
             at_once = min(len(questions) - 1, self._fanout or book.size, book.size)
         work, first_prompt = await self._work(
             [(messages, q) for q in questions.values()],
@@ -335,7 +338,6 @@ class DecisionService:
                 outcomes = {first_id: await one(first_id, first)}
                 if len(items) > 1:
                     limit = asyncio.Semaphore(self._fanout or book.size)
-                    spread = self._fanout != 1
 
                     async def limited(qid: str, question: Question) -> None:
                         async with limit:
@@ -592,7 +594,8 @@ class DecisionService:
         Text conversations are read repeatably (``proxy/reader.py``): through
         ``/completion`` with the prompt's tokens, pinned to a leased slot. Others (images,
         audio) go through llama-server's chat endpoint, which renders them itself.
-        ``spread``: one of a request's questions read in parallel (``_ask``)."""
+        ``spread``: one of a request's questions read in parallel on the segment scheme
+        (``_ask``), which takes a free slot rather than wait for one."""
         names = tuple(label for label, _ in labels)
         block = self._prompts.layout(question, names)
         convo = lay_out(messages, block, layout)
@@ -614,9 +617,8 @@ class DecisionService:
         segment = (tokens[0] if ubatch else tokens[0][: tokens[1]]) if tokens else ()
         queued = tokens is not None and short(tokens[0], ubatch)
         own = len(tokens[0]) - len(segment) if tokens else 0  # after the segment
-        wait = bool(ubatch) or not spread  # a fan-out on the segment scheme spreads the state
         async with book.lease(
-            segment, by_prefix=bool(ubatch), short=queued, own=own, wait=wait
+            segment, by_prefix=bool(ubatch), short=queued, own=own, wait=not spread
         ) as slot:
             for width in read_widths(self._n_probs, len(labels), info.n_vocab):
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
