@@ -24,9 +24,7 @@ tickets of tests/data joined). ``proxy`` asks with ``"layout": "options_first"``
 ``chat`` reads the conventional layout (options after the ticket, as System One
 clients and sidecars send it); ``by-hand`` is the best call a user could write to
 the chat endpoint: instructions and options in a system turn (which llama-server's
-slot keeps), the ticket as the user turn, a one-token grammar and logprobs;
-``hand+cue`` the same with the answer cue ``options_first`` puts after the ticket
-(``ANSWER_CUE``), which tells what the cue costs from what the proxy costs.
+slot keeps), the ticket as the user turn, a one-token grammar and logprobs.
 Budgets: the proxy at least 1.5x faster than ``chat``, and no slower than ``by-hand``
 plus one one-token read.
 
@@ -65,7 +63,7 @@ from _servers import ROOT, llama_server_process, proxy_process
 from overhead import PATH, pct, rotated, send_all
 
 from proxy.decision.labels import gbnf_alternatives
-from proxy.decision.prompt import ANSWER_CUE, ANSWER_INSTRUCTION, lay_out, options_block
+from proxy.decision.prompt import ANSWER_INSTRUCTION, lay_out, options_block
 from proxy.decision.question import choice_question
 
 _SETS = [
@@ -131,15 +129,13 @@ def chat_body(options: dict, labels: list[str], layout: str, instructions: str |
     )
 
 
-def by_hand_body(options: dict, labels: list[str], cue: bool = False):
-    """What a user would write: the classifier in a system turn, the ticket as the user;
-    ``cue``: with the proxy's answer cue after the ticket (``options_first`` sends it), to
-    tell its cost from the proxy's own."""
+def by_hand_body(options: dict, labels: list[str], after: str = ""):
+    """What a user would write: the classifier in a system turn, the ticket as the user
+    (``after`` appended to it: bench/investigations/grammar_cost.py's answer cue)."""
     lines = "\n".join(
         f"{label}: {name} - {desc}" for label, (name, desc) in zip(labels, options.items())
     )
     system = f"{INSTRUCTIONS}\n\nTeams:\n{lines}\n\n{ANSWER_INSTRUCTION}"
-    after = f"\n\n{ANSWER_CUE}" if cue else ""
     return lambda number, ticket: _read(
         [
             {"role": "system", "content": system},
@@ -265,12 +261,6 @@ def _routing_budgets(rows, concurrency):
         f"budget: proxy p50 {proxy:.1f} ms, at most by-hand + one-token = "
         f"{hand + one:.1f} ms: {'holds' if proxy <= hand + one else 'MISSED'}"
     )
-    cued = rows["hand+cue"][0]
-    yield (
-        f"  the answer cue costs the call by hand {cued - hand:.1f} ms; with it, at most "
-        f"hand+cue + one-token = {cued + one:.1f} ms: "
-        f"{'holds' if proxy <= cued + one else 'MISSED'} (proxy - hand+cue {proxy - cued:.1f} ms)"
-    )
 
 
 def main() -> None:
@@ -301,7 +291,6 @@ def main() -> None:
                     chat_body(ROUTER, labels, "conversation_first", INSTRUCTIONS),
                 ),
                 "by-hand": (own_server() + PATH, by_hand_body(ROUTER, labels)),
-                "hand+cue": (own_server() + PATH, by_hand_body(ROUTER, labels, cue=True)),
             }
         else:
             tickets, ask = TICKETS, proxy_body(OPTIONS)

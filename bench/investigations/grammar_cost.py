@@ -32,6 +32,7 @@ from _servers import llama_server  # noqa: E402
 from proxy.decision.labels import gbnf_alternatives  # noqa: E402
 
 LABELS = ["A", "B", "C", "D", "E", "F"]
+CUE = "\n\nLabel:"  # the answer cue after the ticket, as semif-2 sent it when this was measured
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
     parser.add_argument("--tickets", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    hand = fresh.by_hand_body(fresh.ROUTER, LABELS, cue=True)
+    hand = fresh.by_hand_body(fresh.ROUTER, LABELS, after=CUE)
     took: dict[str, list[float]] = {"grammar": [], "none": []}
     paired, not_a_label, identical = [], 0, True
     with llama_server() as url, httpx.Client(base_url=url, timeout=120) as client:

@@ -8,15 +8,19 @@ of two layouts (``semif.layout``), each with its own ``PROMPT_FORMAT_VERSIONS``:
 
 - ``conversation_first`` (semif-1): the options block appended to its last user
   message (or as a new user message when the conversation does not end with one);
-- ``options_first`` (semif-2): the options block as a system turn before the
-  conversation (the caller's own system text after it), and only a short cue
-  (``ANSWER_CUE``) after the last user message. The fixed part of a classifier (its
-  instructions and options) is then a prefix every request shares, which a
-  llama-server slot keeps; the conversation and the cue are all that is new.
+- ``options_first`` (semif-3): the options block as a system turn before the
+  conversation (the caller's own system text after it), and nothing after a
+  conversation that ends with a user turn (one that ends otherwise gets
+  ``ANSWER_INSTRUCTION`` as a user turn of its own). The fixed part of a classifier
+  (its instructions and options) is then a prefix every request shares, which a
+  llama-server slot keeps; the conversation is all that is new. (semif-2 put an answer
+  cue, ``Label:``, after the last user message: three or four tokens more of every new
+  conversation, about a one-token read's time here, for accuracy and ECE that the
+  labelled sets could not tell apart; docs/performance.md.)
 
-Either way the last user turn ends the question (``ANSWER_INSTRUCTION`` or the cue);
-what the chat template puts after a user turn (end of turn, assistant header, an empty
-thinking block) is the *answer context* in which labels are checked to be single tokens.
+Either way the answer follows the last turn: what the chat template puts after a user
+turn (end of turn, assistant header, an empty thinking block) is the *answer context* in
+which labels are checked to be single tokens.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ __all__ = [
     "lay_out",
     "options_first",
     "ANSWER_INSTRUCTION",
-    "ANSWER_CUE",
     "options_block",
     "append_to_conversation",
     "answer_context",
@@ -52,9 +55,8 @@ CONTENT_FREE = "N/A"  # the content-free input of contextual calibration (Zhao e
 PROMPT_FORMAT_VERSION = "semif-1"  # System One, Decisions, rerank and conversation_first
 LAYOUTS = ("conversation_first", "options_first")
 DEFAULT_LAYOUT = "conversation_first"  # chosen from bench/layouts.py (docs/performance.md)
-PROMPT_FORMAT_VERSIONS = {"conversation_first": PROMPT_FORMAT_VERSION, "options_first": "semif-2"}
+PROMPT_FORMAT_VERSIONS = {"conversation_first": PROMPT_FORMAT_VERSION, "options_first": "semif-3"}
 ANSWER_INSTRUCTION = "Answer with the label of the best option only."
-ANSWER_CUE = "Label:"  # options_first: the instruction is in the system turn already
 STATE_HEADER = "Read the following and answer the question after it."
 # rerank (protocol/rerank.py): the query is the state, read once; each document is asked
 # about in its own question (pointwise), or all are options of one choice (listwise)
@@ -99,14 +101,17 @@ def append_to_conversation(messages: Sequence[dict[str, Any]], block: str) -> li
 
 def options_first(messages: Sequence[dict[str, Any]], block: str) -> list[dict[str, Any]]:
     """A copy of ``messages`` with ``block`` as the first system turn (before the caller's
-    own system text, in the same turn) and ``ANSWER_CUE`` after the last user turn's text.
-    The caller's list and dicts are left untouched."""
+    own system text, in the same turn), and ``ANSWER_INSTRUCTION`` as a user turn after a
+    conversation that does not end with one. The caller's list and dicts are left
+    untouched."""
     out = [dict(m) for m in messages]
     if out and out[0].get("role") == "system" and isinstance(out[0].get("content"), str):
         out[0]["content"] = f"{block}\n\n{out[0]['content']}" if out[0]["content"] else block
     else:
         out.insert(0, {"role": "system", "content": block})
-    return append_to_conversation(out, ANSWER_CUE)
+    if out[-1].get("role") != "user":
+        out.append({"role": "user", "content": ANSWER_INSTRUCTION})
+    return out
 
 
 def lay_out(messages: Sequence[dict[str, Any]], block: str, layout: str) -> list[dict[str, Any]]:

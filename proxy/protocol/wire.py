@@ -100,7 +100,7 @@ Count = Annotated[int, Field(ge=0)]
 # echoed in answers (decision/prompt.py's LAYOUTS and PROMPT_FORMAT_VERSIONS; a unit test
 # holds these to them)
 Layout = Literal["conversation_first", "options_first"]
-PromptFormat = Literal["semif-1", "semif-2"]
+PromptFormat = Literal["semif-1", "semif-3"]
 
 
 class TextPart(Open):

@@ -172,7 +172,7 @@ def test_options_first_keeps_the_classifiers_fixed_part_and_reads_repeatably(own
     usage = conventional["usage"]
     assert usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"] >= 60
     semif = second["semif"]
-    assert (semif["layout"], semif["prompt_format_version"]) == ("options_first", "semif-2")
+    assert (semif["layout"], semif["prompt_format_version"]) == ("options_first", "semif-3")
     assert conventional["semif"]["prompt_format_version"] == "semif-1"
     again = _route(url, "Ticket 3001: my card was charged twice.", "options_first")
     assert again["semif"]["probabilities"] == first["semif"]["probabilities"]

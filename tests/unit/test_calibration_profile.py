@@ -201,7 +201,7 @@ def test_compatible_profiles_pass(model, version):
             [MODEL, "/models/gemma-3-270m-it-Q4_K_M.gguf"],
         ),
         ("smollm2", PROMPT_FORMAT_VERSION, "model", [MODEL, "'smollm2'"]),
-        (MODEL, "semif-2", "prompt_format_version", [PROMPT_FORMAT_VERSION, "semif-2"]),
+        (MODEL, "semif-3", "prompt_format_version", [PROMPT_FORMAT_VERSION, "semif-3"]),
     ],
 )
 def test_a_profile_for_another_model_or_prompt_format_is_refused(model, version, field, words):

@@ -175,8 +175,8 @@ def test_a_profile_is_refused_for_a_request_in_another_layout(tmp_path):
     store = ProfileStore(tmp_path)
     served = ModelInfo("m.gguf", 49152, 8192)
     store.check(_profile(), served, param="semif.calibration", version="semif-1")
-    with pytest.raises(ProfileRefused, match="'semif-1', but this server uses 'semif-2'"):
-        store.check(_profile(), served, param="semif.calibration", version="semif-2")
+    with pytest.raises(ProfileRefused, match="'semif-1', but this server uses 'semif-3'"):
+        store.check(_profile(), served, param="semif.calibration", version="semif-3")
 
 
 def test_a_profile_keeps_its_read_scheme():

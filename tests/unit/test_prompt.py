@@ -82,7 +82,6 @@ def test_answer_context_is_what_follows_the_last_instruction():
 
 
 from proxy.decision.prompt import (  # noqa: E402
-    ANSWER_CUE,
     PROMPT_FORMAT_VERSIONS,
     lay_out,
     options_first,
@@ -98,7 +97,7 @@ BLOCK = "Which team?\n\nOptions:\nA: billing\nB: shipping\n\n" + ANSWER_INSTRUCT
             [{"role": "user", "content": "I was charged twice."}],
             [
                 {"role": "system", "content": BLOCK},
-                {"role": "user", "content": "I was charged twice.\n\nLabel:"},
+                {"role": "user", "content": "I was charged twice."},  # nothing after it
             ],
         ),
         # the caller's system text follows ours, in the same turn
@@ -106,17 +105,17 @@ BLOCK = "Which team?\n\nOptions:\nA: billing\nB: shipping\n\n" + ANSWER_INSTRUCT
             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
             [
                 {"role": "system", "content": BLOCK + "\n\nBe brief."},
-                {"role": "user", "content": "Hi\n\n" + ANSWER_CUE},
+                {"role": "user", "content": "Hi"},
             ],
         ),
-        # a conversation that does not end with the user: the cue as a user turn of its own
+        # a conversation that does not end with the user: the instruction as a user turn
         (
             [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
             [
                 {"role": "system", "content": BLOCK},
                 {"role": "user", "content": "Hi"},
                 {"role": "assistant", "content": "Hello"},
-                {"role": "user", "content": ANSWER_CUE},
+                {"role": "user", "content": ANSWER_INSTRUCTION},
             ],
         ),
     ],
@@ -131,4 +130,4 @@ def test_each_layout_has_its_own_prompt_format_version():
     convo = [{"role": "user", "content": "Hi"}]
     assert lay_out(convo, BLOCK, "conversation_first") == append_to_conversation(convo, BLOCK)
     assert lay_out(convo, BLOCK, "options_first") == options_first(convo, BLOCK)
-    assert PROMPT_FORMAT_VERSIONS == {"conversation_first": "semif-1", "options_first": "semif-2"}
+    assert PROMPT_FORMAT_VERSIONS == {"conversation_first": "semif-1", "options_first": "semif-3"}

@@ -219,7 +219,7 @@ def test_the_record_holds_exactly_the_documented_fields():
     # no profile applied: no threshold, whatever the argument; no ids: no hash
     assert records["b"]["threshold"] is None and records["b"]["profile"] is None
     assert records["b"]["prompt_hash"] is None
-    assert records["b"]["prompt_format_version"] == "semif-2"
+    assert records["b"]["prompt_format_version"] == "semif-3"
     assert records["b"]["layout"] == "options_first"
     # a score: its confidence is score_confidence, its choice the likeliest level's name
     # spread D = (1 + 0 + 1) / 3; deviation = 0.25 * 1 + 0.25 * 1 = 0.5; 1 - 0.5 / (2/3)
