@@ -10,7 +10,10 @@ core 0 is the hop alone. The relay (bench/_relay.py) reads the body, sends the p
 exact upstream read with the same aiohttp client settings and parses the answer: the
 cost of any Python hop here.
 
-The stand-in has as many slots as there are requests in flight, so no decision waits
+The stand-in reports llama-server's timings as if each evaluated token took
+``TOKEN_MS``, so the proxy's cost model fills and each decision's cost is estimated for
+admission, as beside llama-server (without timings the estimate is skipped). It has as
+many slots as there are requests in flight, so no decision waits
 for one, as the relay never waits (the two workers lease half the slots each, so a few
 of theirs wait when SO_REUSEPORT spreads the connections unevenly). ``queued`` is the
 proxy against a stand-in with 2 slots, where the rest wait in the proxy for a slot, as
@@ -47,6 +50,8 @@ from overhead import PROXY_BODY, completion_body, run_batch
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 PATH = "/v1/chat/completions"
+TOKEN_MS = "0.05"  # a token's prompt time the stand-in reports (a figure of its own: the
+# estimate costs the same whatever it is)
 
 
 def cpu_s(pid: int) -> float:
@@ -145,7 +150,8 @@ def main() -> None:
         for slots, port in standins.items():
             stack.enter_context(
                 started(
-                    [py, "-m", "tests.standin", str(port), "--tokens", "--slots", str(slots)],
+                    [py, "-m", "tests.standin", str(port), "--tokens", "--slots", str(slots)]
+                    + ["--token-ms", TOKEN_MS],
                     1,
                     upstream[slots] + "/health",
                 )

@@ -383,12 +383,12 @@ class SlotBook:
         every other decision sharing that much counted as waiting before this one): then
         the part they share, as if already held. So 16 questions sent at once about one
         state cost the state once, not 16 times."""
-        best = max(
-            (h for h in self.holds.values() if h is not None),
-            default=None,
-            key=lambda h: common_prefix(h.tokens, prompt),
-        )
-        held = common_prefix(best.tokens, prompt) if best is not None else 0
+        best, held = None, 0
+        for h in self.holds.values():
+            if h is not None and ((n := common_prefix(h.tokens, prompt)) > held or best is None):
+                best, held = h, n
+        if not self._coming and not self._reading:  # none to wait for (concurrency 1)
+            return best
         coming = [common_prefix(other, prompt) for other in self._coming.values()]
         reading = [common_prefix(other, prompt) for other in self._reading.values()]
         shared = max(coming + reading, default=0)

@@ -32,7 +32,7 @@ import orjson
 from .admission import Admission, Work
 from .bounded import BoundedCache
 from .calibration.profile import Profile
-from .catalogue import NO_THINKING, LabelCatalogue, rendering_kwargs
+from .catalogue import NO_THINKING, LabelCatalogue, Labels, rendering_kwargs
 from .cost import ONE, CostModel, kind_of
 from .decision.debias import average, divide_out, rotate
 from .decision.outcome import Outcome
@@ -53,7 +53,7 @@ from .errors import InvalidRequest, UpstreamBadResponse
 from .kv import Held, common_prefix, plan, plan_prefix
 from .metrics import Metrics, after_reply
 from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
-from .prompt_cache import PromptCache
+from .prompt_cache import Prompt, PromptCache
 from .reader import Reader, short
 from .upstream import ModelInfo, NextToken, Upstream
 
@@ -130,6 +130,20 @@ class Answered(dict[str, Outcome]):
         super().__init__()
         self.profile = profile
         self.raw: dict[str, tuple[float, ...]] = {}
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One question's prompt: its model and labels, the conversation it is read in and
+    that conversation's tokens (None: read through the chat endpoint), made for a read
+    scheme (``ubatch``). Made once per question, by the admission's estimate, and taken
+    by the read."""
+
+    info: ModelInfo
+    labels: Labels
+    convo: list[dict[str, Any]]
+    tokens: Prompt | None
+    ubatch: int
 
 
 class DecisionService:
@@ -308,8 +322,9 @@ class DecisionService:
         at_once = 0
         if spread and len(questions) > 1:
             at_once = min(len(questions) - 1, self._fanout or book.size, book.size)
-        work, first_prompt = await self._work(
-            [(messages, q) for q in questions.values()],
+        work, first_prompt, prepared = await self._work(
+            messages,
+            list(questions.values()),
             template_kwargs,
             layout,
             rotations,
@@ -332,6 +347,7 @@ class DecisionService:
                         free if qid in contextual else None,
                         layout,
                         spread=spread,
+                        prepared=prepared.get(id(question)),
                     )
 
                 first_id, first = items[0]
@@ -361,10 +377,11 @@ class DecisionService:
         layout: str = DEFAULT_LAYOUT,
         *,
         spread: bool = False,
+        prepared: _Prepared | None = None,
     ) -> Outcome:
         if list(debias) in ([], [0]) or question.kind == "score":
             outcome = await self._decide_once(
-                messages, question, template_kwargs, layout, spread=spread
+                messages, question, template_kwargs, layout, spread=spread, prepared=prepared
             )
         else:
             # one after another: each rotation reuses the KV of everything before the options
@@ -372,7 +389,12 @@ class DecisionService:
                 (
                     s,
                     await self._decide_once(
-                        messages, rotate(question, s), template_kwargs, layout, spread=spread
+                        messages,
+                        rotate(question, s),
+                        template_kwargs,
+                        layout,
+                        spread=spread,
+                        prepared=prepared if s == 0 else None,  # the options as given
                     ),
                 )
                 for s in debias
@@ -448,17 +470,40 @@ class DecisionService:
         layout: str = DEFAULT_LAYOUT,
         *,
         spread: bool = False,
+        prepared: _Prepared | None = None,
     ) -> Outcome:
+        """One read of ``question``, its prompt ``prepared`` (by the admission's
+        estimate) unless the read scheme has changed since or another model answers."""
         kwargs = rendering_kwargs(template_kwargs)
+        ubatch = self._reader.ubatch  # this read's scheme, even if a self-check changes it
         for _attempt in range(2):
-            info, labels = await self._catalogue.labels(len(question.names), kwargs)
-            outcome = await self._read(
-                messages, question, labels, kwargs, info, layout, spread=spread
-            )
+            if prepared is None or prepared.ubatch != ubatch:
+                prepared = await self._prepare(messages, question, kwargs, layout, ubatch)
+            outcome = await self._read(question, prepared, kwargs, layout, spread=spread)
             if outcome is not None:
                 return outcome
             self._forget()  # another model answered: verify labels again, once
+            prepared = None
         raise UpstreamBadResponse("llama-server changed models while answering")
+
+    async def _prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        question: Question,
+        kwargs: Mapping[str, Any],
+        layout: str,
+        ubatch: int,
+    ) -> _Prepared:
+        """``question``'s prompt about ``messages`` in ``layout``: labels verified in the
+        served model's template (``catalogue.py``), the options block laid out in the
+        conversation and, for text, the conversation's tokens (``prompt_cache.py``)."""
+        info, labels = await self._catalogue.labels(len(question.names), kwargs)
+        block = self._prompts.layout(question, tuple(label for label, _ in labels))
+        convo = lay_out(messages, block, layout)
+        tokens = (
+            await self._prompts.prompt(convo, block, kwargs, ubatch) if _text_only(convo) else None
+        )
+        return _Prepared(info, labels, convo, tokens, ubatch)
 
     # -- what llama-server serves -----------------------------------------------------
 
@@ -502,15 +547,16 @@ class DecisionService:
 
     async def _work(
         self,
-        asked: Sequence[tuple[Sequence[Mapping[str, Any]], Question]],
+        messages: Sequence[Mapping[str, Any]],
+        questions: Sequence[Question],
         template_kwargs: Mapping[str, Any] | None,
         layout: str,
         rotations: int,
         contextual: bool,
         at_once: int = 0,
-    ) -> tuple[Work | None, tuple[int, ...]]:
-        """The tokens and idle-server seconds of reading each (conversation, question) in
-        turn, the first on the slot holding most of its prompt and each next on the slot
+    ) -> tuple[Work | None, tuple[int, ...], dict[int, _Prepared]]:
+        """The tokens and idle-server seconds of reading each question about ``messages``
+        in turn, the first on the slot holding most of its prompt and each next on the slot
         the one before left (as the slot book places a conversation's questions), except
         that ``at_once`` questions after the first are read at once (a fan-out on the
         segment scheme), each in a slot of this process's own: those beyond the slots that
@@ -521,10 +567,12 @@ class DecisionService:
         cannot be planned (images; a template that hides the options). With it, the
         first question's prompt (its segment, on the segment scheme; empty when none was
         made): what the slots will hold (``SlotBook.coming``), which decisions costed
-        after it may build on."""
+        after it may build on; and the prompts made on the way, by ``id`` of their
+        question, for the reads to take."""
+        prepared: dict[int, _Prepared] = {}
         cost = self._reader.cost
         if cost.observed == 0:
-            return None, ()
+            return None, (), prepared
         kwargs = rendering_kwargs(template_kwargs)
         ubatch = self._reader.ubatch
         book = await self._reader.book()
@@ -533,17 +581,13 @@ class DecisionService:
         tokens = 0
         seconds = 0.0
         again_fresh = 0  # questions of the fan-out read in a slot without the segment
-        for messages, question in asked:
-            info, labels = await self._catalogue.labels(len(question.names), kwargs)
-            block = self._prompts.layout(question, tuple(label for label, _ in labels))
-            convo = lay_out(messages, block, layout)
-            found = (
-                await self._prompts.prompt(convo, block, kwargs, ubatch)
-                if _text_only(convo)
-                else None
+        for question in questions:
+            made = prepared[id(question)] = await self._prepare(
+                messages, question, kwargs, layout, ubatch
             )
-            if found is None or (info.n_ctx and len(found[0]) >= info.n_ctx):
-                return None, first  # read as it comes, or refused by the read for its length
+            found, n_ctx = made.tokens, made.info.n_ctx
+            if found is None or (n_ctx and len(found[0]) >= n_ctx):
+                return None, first, prepared  # read as it comes, or refused for its length
             prompt, s_len = found
             if not first:
                 # the slot holding most of it (its segment), or the read it will wait for
@@ -558,7 +602,7 @@ class DecisionService:
             for step in steps:
                 step_s = cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated, step.cached)
                 if step_s is None:
-                    return None, first
+                    return None, first, prepared
                 tokens += step.evaluated
                 seconds += step_s
             again = rotations - 1 + int(contextual)  # the options again, from where they start
@@ -574,36 +618,35 @@ class DecisionService:
             one = cost.step_s(ONE, 1, len(prompt)) or 0.0
             seconds += (widen - rotations - int(contextual)) * one
             before = Held(prompt, s_len)
-        return Work(tokens, seconds), first
+        return Work(tokens, seconds), first, prepared
 
     # -- the read ---------------------------------------------------------------------
 
     async def _read(
         self,
-        messages: Sequence[Mapping[str, Any]],
         question: Question,
-        labels: Sequence[tuple[str, int]],
+        prepared: _Prepared,
         kwargs: Mapping[str, Any],
-        info: ModelInfo,
         layout: str = DEFAULT_LAYOUT,
         *,
         spread: bool = False,
     ) -> Outcome | None:
-        """The read, or ``None`` when a model other than ``info``'s answered it.
+        """The read, or ``None`` when a model other than ``prepared.info``'s answered it.
 
         Text conversations are read repeatably (``proxy/reader.py``): through
         ``/completion`` with the prompt's tokens, pinned to a leased slot. Others (images,
         audio) go through llama-server's chat endpoint, which renders them itself.
         ``spread``: one of a request's questions read in parallel on the segment scheme
         (``_ask``), which takes a free slot rather than wait for one."""
-        names = tuple(label for label, _ in labels)
-        block = self._prompts.layout(question, names)
-        convo = lay_out(messages, block, layout)
-        ids = [tid for _, tid in labels]
-        ubatch = self._reader.ubatch  # this read's scheme, even if a self-check changes it
-        tokens = (
-            await self._prompts.prompt(convo, block, kwargs, ubatch) if _text_only(convo) else None
+        info, labels, convo, tokens, ubatch = (
+            prepared.info,
+            prepared.labels,
+            prepared.convo,
+            prepared.tokens,
+            prepared.ubatch,
         )
+        names = tuple(label for label, _ in labels)
+        ids = [tid for _, tid in labels]
         if tokens is not None and info.n_ctx and len(tokens[0]) >= info.n_ctx:
             raise InvalidRequest(
                 f"the prompt needs {len(tokens[0]) + 1} tokens (the answer's included); a "

@@ -50,6 +50,10 @@ class StandIn:
         self.mode = "good"
         self.delay_s = 5.0
         self.read_s = 0.0  # how long /completion takes to answer (a model's read)
+        # report llama-server's timings (prompt_ms) for /completion, as if each evaluated
+        # token took this long: the proxy's cost model then fills and admission estimates
+        # each decision's cost, as beside llama-server (0: no timings, nothing estimated)
+        self.token_ms = 0.0
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cancelled = 0  # slow answers whose client went away
@@ -135,10 +139,10 @@ class StandIn:
         # a whole cached prompt: its last token again
         reused = min(common_prefix(held, tokens), len(tokens) - 1)
         self._slots[slot] = list(tokens)
-        answer = {
-            "model": "standin",
-            "timings": {"cache_n": reused, "prompt_n": len(tokens) - reused},
-        }
+        timings: dict[str, float] = {"cache_n": reused, "prompt_n": len(tokens) - reused}
+        if self.token_ms:
+            timings["prompt_ms"] = self.token_ms * (len(tokens) - reused)
+        answer = {"model": "standin", "timings": timings}
         if body.get("n_probs"):
             self.hits_chat += 1
             answer["completion_probabilities"] = [
@@ -180,6 +184,7 @@ class StandIn:
 
 
 if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens] [--slots N] [--read-ms MS]
+    # [--token-ms MS]
     import argparse
     import signal
 
@@ -195,10 +200,18 @@ if __name__ == "__main__":  # python -m tests.standin [PORT] [--tokens] [--slots
     parser.add_argument(
         "--read-ms", type=float, default=0.0, help="how long /completion takes (default: none)"
     )
+    parser.add_argument(
+        "--token-ms",
+        type=float,
+        default=0.0,
+        help="report timings as if each evaluated token took MS: the proxy then estimates "
+        "each decision's cost for admission, as beside llama-server (default: no timings)",
+    )
     args = parser.parse_args()
     standin = StandIn(tokens=args.tokens)
     standin.total_slots = args.slots
     standin.read_s = args.read_ms / 1000
+    standin.token_ms = args.token_ms
     if args.port is not None:
         standin.port = args.port
         standin.url = f"http://127.0.0.1:{standin.port}"

@@ -1,6 +1,6 @@
 """``python -m tests.standin``, the stand-in bench/cpu.py runs in its own process: the
-port, ``--tokens`` and ``--slots`` it is started with are the ones it serves, and a port
-it cannot have ends it at once with the reason."""
+port, ``--tokens``, ``--slots`` and ``--token-ms`` it is started with are the ones it
+serves, and a port it cannot have ends it at once with the reason."""
 
 from __future__ import annotations
 
@@ -38,6 +38,24 @@ def test_standin_serves_the_slots_and_reads_it_is_started_with():
     finally:
         stop(proc)
     assert proc.returncode == 0  # SIGTERM: a clean exit
+
+
+def test_standin_reports_timings_as_if_each_token_took_token_ms():
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.standin", str(port), "--tokens", "--token-ms", "0.5"],
+        cwd=ROOT,
+    )
+    try:
+        wait_ready(url + "/health", proc, timeout_s=30)
+        body = {"prompt": [5, 6, 7, 8], "id_slot": 0, "n_probs": 4}
+        first = httpx.post(url + "/completion", json=body).json()
+        again = httpx.post(url + "/completion", json=body).json()
+        assert first["timings"] == {"cache_n": 0, "prompt_n": 4, "prompt_ms": 2.0}
+        assert again["timings"] == {"cache_n": 3, "prompt_n": 1, "prompt_ms": 0.5}
+    finally:
+        stop(proc)
 
 
 def test_standin_defaults_to_two_slots():

@@ -234,6 +234,40 @@ async def test_a_prompt_longer_than_a_slot_is_refused_with_both_counts(costs_kno
     assert up.requests == []  # refused before anything was evaluated
 
 
+async def test_a_decision_makes_each_prompt_once_for_its_estimate_and_its_read():
+    up = CountingUpstream([{49: -1.0, 51: -2.0}] * 3)
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)  # admission estimates
+    made = []
+    prompt = service._prompts.prompt
+
+    async def counted(convo, block, kwargs, ubatch):
+        made.append(ubatch)
+        return await prompt(convo, block, kwargs, ubatch)
+
+    service._prompts.prompt = counted
+    asked = Asked(
+        [{"role": "user", "content": "Ticket 1001: late parcel"}],
+        {"a": choice_question(["x", "y"]), "b": choice_question(["y", "x"])},
+    )
+    answered = await service.answer(asked)
+    assert made == [63, 63]  # one per question, made by the estimate, taken by the read
+    assert [list(o.prompt_ids) for o in answered.values()] == [r[1] for r in up.requests]
+    # the read scheme changed between the estimate and the read (a failed self-check):
+    # the read makes its prompt again, for the scheme it reads with
+    work = service._work
+
+    async def then_segment(*args, **kwargs):
+        found = await work(*args, **kwargs)
+        service._reader.ubatch = 0
+        return found
+
+    service._work = then_segment
+    made.clear()
+    again = await service.decide(asked.messages, asked.questions["a"])
+    assert made == [63, 0] and again.read_scheme == "segment"
+
+
 class CountingUpstream(RecordedUpstream):
     """Counts the /tokenize calls of prompts (the label probe's are not counted)."""
 
