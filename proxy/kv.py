@@ -121,6 +121,8 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     Compared a slice at a time (C loops, not a Python one per token): the whole of the
     shorter first, as a replay or a shared state matches it, else by halving the range
     that holds the first difference. Runs once per slot for every decision."""
+    if a is b:  # a replay: the prompt cache's tuple, as the slot book keeps it
+        return len(a)
     if type(a) is not type(b):  # a tuple never equals a list
         a, b = tuple(a), tuple(b)
     n = min(len(a), len(b))
