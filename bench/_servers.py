@@ -159,10 +159,15 @@ def bare_relay(upstream_url: str, body: bytes) -> Iterator[tuple[str, subprocess
 
 
 @contextlib.contextmanager
-def standin_process(slots: int = 8, read_ms: float = 0.0) -> Iterator[tuple[str, subprocess.Popen]]:
+def standin_process(
+    slots: int = 8, read_ms: float = 0.0, token_ms: float = 0.0
+) -> Iterator[tuple[str, subprocess.Popen]]:
     """tests/standin.py in its own process: llama-server's API with no model, with ``slots``
-    slots, answering ``/completion`` after ``read_ms`` (default: at once)."""
+    slots, answering ``/completion`` after ``read_ms`` (default: at once), with timings as
+    if each evaluated token took ``token_ms`` (default: none: the proxy then estimates no
+    decision's cost for admission)."""
     command = [sys.executable, "-m", "tests.standin", "--read-ms", str(read_ms)]
+    command += ["--token-ms", str(token_ms)]
     with _serving(
         lambda port, log: subprocess.Popen(
             [*command, str(port), "--tokens", "--slots", str(slots)],

@@ -1,8 +1,8 @@
 """Is the proxy's own work per decision larger than an earlier version's?
 
     .venv/bin/python bench/investigations/proxy_before_after.py --before DIR [--read-ms 10]
-                                                            [--rounds 12] [--requests 150]
-                                                            [--llama]
+                                                            [--token-ms MS] [--rounds 12]
+                                                            [--requests 150] [--llama]
 
 The proxy as it is and the proxy of another checkout (``--before``: a directory holding
 it, for example ``git worktree add /tmp/before b1576d9``; run with this ``.venv``), both
@@ -14,10 +14,12 @@ whether in Python or the kernel, the metrics recorded after the answer included)
 for each the median, over the rounds, of the round's difference (a drift in the machine's
 speed cancels within a round). No llama-server, so what differs is the proxies' own work.
 
-``--llama``: llama-server (as ``make run`` starts it) instead of the stand-in, for the
-work that only runs beside it: the admission's cost estimate, which waits for
-llama-server's timings (the stand-in sends none). Its reads take their own time
-(``--read-ms`` is the stand-in's), and the CPU per decision is the comparison to read.
+``--token-ms``: the stand-in reports llama-server's timings, as if each evaluated token
+took that long, so that the proxy estimates each decision's cost for admission as it
+does beside llama-server (without timings its cost model stays empty and the estimate
+returns at once). ``--llama``: llama-server (as ``make run`` starts it) instead of the
+stand-in; its reads take their own time (``--read-ms`` is the stand-in's), and the CPU
+per decision is the comparison to read.
 """
 
 from __future__ import annotations
@@ -94,6 +96,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="a checkout of the other code")
     parser.add_argument("--read-ms", type=float, default=10.0, help="the stand-in's")
+    parser.add_argument(
+        "--token-ms",
+        type=float,
+        default=0.0,
+        help="the stand-in reports timings as if each evaluated token took this long, so "
+        "that the proxy estimates each decision's cost for admission (default: no timings)",
+    )
     parser.add_argument("--llama", action="store_true", help="llama-server, not the stand-in")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--requests", type=int, default=150, help="per proxy and round")
@@ -101,7 +110,11 @@ def main() -> None:
     if not (args.before / "proxy" / "__main__.py").is_file():
         parser.error(f"--before: no proxy in {args.before}")
     print(describe())
-    server = llama_server_process() if args.llama else standin_process(read_ms=args.read_ms)
+    server = (
+        llama_server_process()
+        if args.llama
+        else standin_process(read_ms=args.read_ms, token_ms=args.token_ms)
+    )
     with (
         server as (upstream, _),
         proxy_process(upstream) as (now, now_process),
@@ -112,7 +125,9 @@ def main() -> None:
         print(
             "llama-server; concurrency 1"
             if args.llama
-            else f"stand-in answering /completion after {args.read_ms:g} ms; concurrency 1"
+            else f"stand-in answering /completion after {args.read_ms:g} ms"
+            + (f", timings of {args.token_ms:g} ms a token" if args.token_ms else "")
+            + "; concurrency 1"
         )
         asyncio.run(
             compare(
