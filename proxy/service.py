@@ -473,11 +473,16 @@ class DecisionService:
         prepared: _Prepared | None = None,
     ) -> Outcome:
         """One read of ``question``, its prompt ``prepared`` (by the admission's
-        estimate) unless the read scheme has changed since or another model answers."""
+        estimate) unless the read scheme or the served model has changed since."""
         kwargs = rendering_kwargs(template_kwargs)
-        ubatch = self._reader.ubatch  # this read's scheme, even if a self-check changes it
         for _attempt in range(2):
-            if prepared is None or prepared.ubatch != ubatch:
+            ubatch = self._reader.ubatch  # this read's scheme, even if a self-check changes it
+            # made before an admission wait: again if the scheme or the model changed since
+            if (
+                prepared is None
+                or prepared.ubatch != ubatch
+                or prepared.info is not self._discovery.known
+            ):
                 prepared = await self._prepare(messages, question, kwargs, layout, ubatch)
             outcome = await self._read(question, prepared, kwargs, layout, spread=spread)
             if outcome is not None:

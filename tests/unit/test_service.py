@@ -253,6 +253,9 @@ async def test_a_decision_makes_each_prompt_once_for_its_estimate_and_its_read()
     answered = await service.answer(asked)
     assert made == [63, 63]  # one per question, made by the estimate, taken by the read
     assert [list(o.prompt_ids) for o in answered.values()] == [r[1] for r in up.requests]
+    # each question read its own prompt (labels A and C: "B" is two tokens here)
+    assert "A: x\nC: y" in "".join(map(chr, answered["a"].prompt_ids))
+    assert "A: y\nC: x" in "".join(map(chr, answered["b"].prompt_ids))
     # the read scheme changed between the estimate and the read (a failed self-check):
     # the read makes its prompt again, for the scheme it reads with
     work = service._work
@@ -264,8 +267,34 @@ async def test_a_decision_makes_each_prompt_once_for_its_estimate_and_its_read()
 
     service._work = then_segment
     made.clear()
+    before = len(up.requests)
     again = await service.decide(asked.messages, asked.questions["a"])
     assert made == [63, 0] and again.read_scheme == "segment"
+    # read the segment scheme's way: its shared segment first, cold
+    (_, segment, cache, _, _), *_rest = up.requests[before:]
+    assert not cache and len(segment) < len(again.prompt_ids)
+
+
+async def test_a_prompt_made_before_the_model_changed_is_made_again_not_read():
+    # another request found a new model while this one waited for admission: the read
+    # takes the new model's labels and tokens rather than read the old prompt once in vain
+    up = RecordedUpstream([{49: -1.0, 51: -2.0}] * 3)
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)  # admission estimates
+    convo, question = [{"role": "user", "content": "Ticket 1001"}], choice_question(["x", "y"])
+    await service.decide(convo, question)
+    work = service._work
+
+    async def then_another_model(*args, **kwargs):
+        found = await work(*args, **kwargs)
+        up.model = "another"
+        service._forget()  # as a read of the other request did on seeing it
+        return found
+
+    service._work = then_another_model
+    reads = len(up.widths)
+    out = await service.decide(convo, question)
+    assert out.model == "another" and out.reads == 1 and len(up.widths) == reads + 1
 
 
 class CountingUpstream(RecordedUpstream):
