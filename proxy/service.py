@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -132,8 +132,7 @@ class Answered(dict[str, Outcome]):
         self.raw: dict[str, tuple[float, ...]] = {}
 
 
-@dataclass(frozen=True)
-class _Prepared:
+class _Prepared(NamedTuple):
     """One question's prompt: its model and labels, the conversation it is read in and
     that conversation's tokens (None: read through the chat endpoint), made for a read
     scheme (``ubatch``). Made once per question, by the admission's estimate, and taken
@@ -324,7 +323,7 @@ class DecisionService:
             at_once = min(len(questions) - 1, self._fanout or book.size, book.size)
         work, first_prompt, prepared = await self._work(
             messages,
-            list(questions.values()),
+            questions,
             template_kwargs,
             layout,
             rotations,
@@ -347,7 +346,7 @@ class DecisionService:
                         free if qid in contextual else None,
                         layout,
                         spread=spread,
-                        prepared=prepared.get(id(question)),
+                        prepared=prepared.get(qid),
                     )
 
                 first_id, first = items[0]
@@ -553,13 +552,13 @@ class DecisionService:
     async def _work(
         self,
         messages: Sequence[Mapping[str, Any]],
-        questions: Sequence[Question],
+        questions: Mapping[str, Question],
         template_kwargs: Mapping[str, Any] | None,
         layout: str,
         rotations: int,
         contextual: bool,
         at_once: int = 0,
-    ) -> tuple[Work | None, tuple[int, ...], dict[int, _Prepared]]:
+    ) -> tuple[Work | None, tuple[int, ...], dict[str, _Prepared]]:
         """The tokens and idle-server seconds of reading each question about ``messages``
         in turn, the first on the slot holding most of its prompt and each next on the slot
         the one before left (as the slot book places a conversation's questions), except
@@ -572,9 +571,9 @@ class DecisionService:
         cannot be planned (images; a template that hides the options). With it, the
         first question's prompt (its segment, on the segment scheme; empty when none was
         made): what the slots will hold (``SlotBook.coming``), which decisions costed
-        after it may build on; and the prompts made on the way, by ``id`` of their
-        question, for the reads to take."""
-        prepared: dict[int, _Prepared] = {}
+        after it may build on; and the prompts made on the way, by question id, for the
+        reads to take."""
+        prepared: dict[str, _Prepared] = {}
         cost = self._reader.cost
         if cost.observed == 0:
             return None, (), prepared
@@ -586,10 +585,8 @@ class DecisionService:
         tokens = 0
         seconds = 0.0
         again_fresh = 0  # questions of the fan-out read in a slot without the segment
-        for question in questions:
-            made = prepared[id(question)] = await self._prepare(
-                messages, question, kwargs, layout, ubatch
-            )
+        for qid, question in questions.items():
+            made = prepared[qid] = await self._prepare(messages, question, kwargs, layout, ubatch)
             found, n_ctx = made.tokens, made.info.n_ctx
             if found is None or (n_ctx and len(found[0]) >= n_ctx):
                 return None, first, prepared  # read as it comes, or refused for its length
@@ -643,13 +640,7 @@ class DecisionService:
         audio) go through llama-server's chat endpoint, which renders them itself.
         ``spread``: one of a request's questions read in parallel on the segment scheme
         (``_ask``), which takes a free slot rather than wait for one."""
-        info, labels, convo, tokens, ubatch = (
-            prepared.info,
-            prepared.labels,
-            prepared.convo,
-            prepared.tokens,
-            prepared.ubatch,
-        )
+        info, labels, convo, tokens, ubatch = prepared
         names = tuple(label for label, _ in labels)
         ids = [tid for _, tid in labels]
         if tokens is not None and info.n_ctx and len(tokens[0]) >= info.n_ctx:
