@@ -28,6 +28,11 @@ slot keeps), the ticket as the user turn, a one-token grammar and logprobs.
 Budgets: the proxy at least 1.5x faster than ``chat``, and no slower than ``by-hand``
 plus one one-token read.
 
+``--stock``: one more target, the chat endpoint's read (``chat-512``; by hand with
+``--routing``: ``hand-512``) on a llama-server with its default physical batch of 512
+instead of make run's 63: what a user who wants no repeatability gets, so the price of
+``-ub 63`` (docs/repeatability.md) shows beside the budgets. Reported, not budgeted.
+
 Each target has a llama-server of its own, started as `make run` starts it. On one shared
 server, requests not pinned to a slot (every target's but the proxy's) went to the slot
 llama-server picks (the most similar prompt, else the one used longest ago), at times
@@ -71,6 +76,7 @@ _SETS = [
     for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()
 ]
 TICKETS = _SETS
+STOCK = ["-ub", "512"]  # llama-server's default physical batch, after make run's 63
 LONG_TICKETS = [" ".join(_SETS[i : i + 4]) for i in range(0, len(_SETS) - 3, 2)]
 OPTIONS = {
     "billing": "charges, refunds, invoices",
@@ -268,15 +274,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--routing", action="store_true", help="the ticket-router workload")
     parser.add_argument(
+        "--stock",
+        action="store_true",
+        help="also the chat endpoint (by hand with --routing) on a llama-server at -ub 512",
+    )
+    parser.add_argument(
         "--tickets", type=int, default=0, help="the first N tickets per round (default: all)"
     )
     args = parser.parse_args()
     numbers = itertools.count(1000)
     with contextlib.ExitStack() as stack:
 
-        def own_server() -> str:
-            """A llama-server for one target alone, started as `make run` starts it."""
-            return stack.enter_context(llama_server_process())[0]
+        def own_server(extra: list[str] | None = None) -> str:
+            """A llama-server for one target alone, started as `make run` starts it
+            (``extra`` appended to its flags: a later flag wins)."""
+            return stack.enter_context(llama_server_process(extra=extra))[0]
 
         llama_url = own_server()
         proxy_url = stack.enter_context(proxy_process(llama_url))[0]
@@ -292,6 +304,8 @@ def main() -> None:
                 ),
                 "by-hand": (own_server() + PATH, by_hand_body(ROUTER, labels)),
             }
+            if args.stock:
+                targets["hand-512"] = (own_server(STOCK) + PATH, by_hand_body(ROUTER, labels))
         else:
             tickets, ask = TICKETS, proxy_body(OPTIONS)
             labels = asyncio.run(labels_of(proxy_url, ask(1, tickets[0])))
@@ -299,6 +313,11 @@ def main() -> None:
                 "proxy": (proxy_url + PATH, ask),
                 "chat": (own_server() + PATH, chat_body(OPTIONS, labels, "conversation_first")),
             }
+            if args.stock:
+                targets["chat-512"] = (
+                    own_server(STOCK) + PATH,
+                    chat_body(OPTIONS, labels, "conversation_first"),
+                )
         one_url = own_server()
         targets["one-token"] = (one_url + "/completion", one_token_body(one_url))
         tickets = tickets[: args.tickets or None]

@@ -50,7 +50,7 @@ from .decision.readout import decide
 from .decision.selfcheck import CHECK_OPTIONS, CHECK_TEXT, OTHER_TEXT, Check, compare
 from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import Held, common_prefix, plan, plan_prefix
+from .kv import Held, plan, plan_prefix
 from .metrics import Metrics, after_reply
 from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
 from .prompt_cache import Prompt, PromptCache
@@ -312,7 +312,6 @@ class DecisionService:
         against the same question about ``free``."""
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
-        rotations = max((len(d) for d in debias.values()), default=1) or 1
         self._admission.crowded()  # before planning asks llama-server anything
         book = await self._reader.book()
         # a fan-out on the segment scheme: the questions after the first read at once, each
@@ -322,13 +321,7 @@ class DecisionService:
         if spread and len(questions) > 1:
             at_once = min(len(questions) - 1, self._fanout or book.size, book.size)
         work, first_prompt, prepared = await self._work(
-            messages,
-            questions,
-            template_kwargs,
-            layout,
-            rotations,
-            bool(contextual),
-            at_once,
+            messages, free, questions, template_kwargs, layout, debias, contextual, at_once
         )
         # until it has finished, its prompt is one the slots will hold (book.base)
         with book.coming(first_prompt) if first_prompt else contextlib.nullcontext():
@@ -346,7 +339,7 @@ class DecisionService:
                         free if qid in contextual else None,
                         layout,
                         spread=spread,
-                        prepared=prepared.get(qid),
+                        prepared=prepared.get(qid, {}),
                     )
 
                 first_id, first = items[0]
@@ -376,11 +369,12 @@ class DecisionService:
         layout: str = DEFAULT_LAYOUT,
         *,
         spread: bool = False,
-        prepared: _Prepared | None = None,
+        prepared: Mapping[int, _Prepared] = MappingProxyType({}),
     ) -> Outcome:
-        if list(debias) in ([], [0]) or question.kind == "score":
+        """``prepared``: the prompts the admission's estimate made, by cyclic shift."""
+        if not _rotated(question, debias):
             outcome = await self._decide_once(
-                messages, question, template_kwargs, layout, spread=spread, prepared=prepared
+                messages, question, template_kwargs, layout, spread=spread, prepared=prepared.get(0)
             )
         else:
             # one after another: each rotation reuses the KV of everything before the options
@@ -393,7 +387,7 @@ class DecisionService:
                         template_kwargs,
                         layout,
                         spread=spread,
-                        prepared=prepared if s == 0 else None,  # the options as given
+                        prepared=prepared.get(s),
                     ),
                 )
                 for s in debias
@@ -439,19 +433,7 @@ class DecisionService:
         """The probabilities the model gives the question's options about a content-free
         input, and the read that took them (None when remembered): read once per question
         template, then remembered."""
-        key = orjson.dumps(
-            [
-                free,
-                question.kind,
-                question.names,
-                question.shown,
-                question.instructions,
-                question.temperature,
-                dict(template_kwargs or {}),
-                layout,
-            ],
-            option=orjson.OPT_SORT_KEYS,
-        )
+        key = _free_key(free, question, template_kwargs, layout)
         known = self._content_free.get(key)
         if known is not None:
             return known, None
@@ -552,28 +534,31 @@ class DecisionService:
     async def _work(
         self,
         messages: Sequence[Mapping[str, Any]],
+        free: Sequence[Mapping[str, Any]] | None,
         questions: Mapping[str, Question],
         template_kwargs: Mapping[str, Any] | None,
         layout: str,
-        rotations: int,
-        contextual: bool,
+        debias: Mapping[str, Sequence[int]],
+        contextual: frozenset[str],
         at_once: int = 0,
-    ) -> tuple[Work | None, tuple[int, ...], dict[str, _Prepared]]:
+    ) -> tuple[Work | None, tuple[int, ...], dict[str, dict[int, _Prepared]]]:
         """The tokens and idle-server seconds of reading each question about ``messages``
         in turn, the first on the slot holding most of its prompt and each next on the slot
         the one before left (as the slot book places a conversation's questions), except
         that ``at_once`` questions after the first are read at once (a fan-out on the
         segment scheme), each in a slot of this process's own: those beyond the slots that
         hold the first's segment (its own slot, at least) evaluate it again; each
-        read widened as often as the last one with as many options; ``rotations`` reads
-        per question (debiasing: each again from the options on), one more for a
-        content-free answer. None while this server's costs are unknown or the prompt
-        cannot be planned (images; a template that hides the options). With it, the
-        first question's prompt (its segment, on the segment scheme; empty when none was
-        made): what the slots will hold (``SlotBook.coming``), which decisions costed
-        after it may build on; and the prompts made on the way, by question id, for the
-        reads to take."""
-        prepared: dict[str, _Prepared] = {}
+        read widened as often as the last one with as many options. A question debiased
+        (``debias``: its cyclic shifts) is read once per shift, each on the slot the shift
+        before left, so each rotation's prompt is made here too; one in ``contextual``
+        is read once more about ``free`` (the content-free turn) unless that answer is
+        remembered, and that read is made and costed the same way. None while this
+        server's costs are unknown or the prompt cannot be planned (images; a template that
+        hides the options). With it, the first question's prompt (its segment, on the
+        segment scheme; empty when none was made): what the slots will hold
+        (``SlotBook.coming``), which decisions costed after it may build on; and the
+        prompts made on the way, by question id and shift, for the reads to take."""
+        prepared: dict[str, dict[int, _Prepared]] = {}
         cost = self._reader.cost
         if cost.observed == 0:
             return None, (), prepared
@@ -585,41 +570,56 @@ class DecisionService:
         tokens = 0
         seconds = 0.0
         again_fresh = 0  # questions of the fan-out read in a slot without the segment
+        side: Held | None = None  # where the content-free reads go, once one was made
         for qid, question in questions.items():
-            made = prepared[qid] = await self._prepare(messages, question, kwargs, layout, ubatch)
-            found, n_ctx = made.tokens, made.info.n_ctx
-            if found is None or (n_ctx and len(found[0]) >= n_ctx):
-                return None, first, prepared  # read as it comes, or refused for its length
-            prompt, s_len = found
-            if not first:
-                # the slot holding most of it (its segment), or the read it will wait for
-                if ubatch:
-                    first, before = prompt, book.base(prompt)
+            shifts = tuple(debias.get(qid, ())) if _rotated(question, debias.get(qid, ())) else (0,)
+            reads: list[tuple[Sequence[Mapping[str, Any]], Question, int | None]] = [
+                (messages, rotate(question, shift) if shift else question, shift)
+                for shift in shifts
+            ]
+            if (
+                qid in contextual
+                and free is not None
+                and question.kind != "score"
+                and _free_key(free, question, template_kwargs, layout) not in self._content_free
+            ):
+                reads.append((free, question, None))  # its content-free answer, not remembered
+            made = prepared.setdefault(qid, {})
+            for n_read, (convo, asked, shift) in enumerate(reads):
+                one_prompt = await self._prepare(convo, asked, kwargs, layout, ubatch)
+                if shift is not None:
+                    made[shift] = one_prompt
+                found, n_ctx = one_prompt.tokens, one_prompt.info.n_ctx
+                if found is None or (n_ctx and len(found[0]) >= n_ctx):
+                    return None, first, prepared  # read as it comes, or refused for its length
+                prompt, s_len = found
+                if not first:
+                    # the slot holding most of it (its segment), or the read it will wait for
+                    if ubatch:
+                        first, before = prompt, book.base(prompt)
+                    else:
+                        first, before = prompt[:s_len], book.base_segment(prompt, s_len)
+                        again_fresh = max(0, at_once - max(1, book.holding(first)))
+                elif again_fresh and n_read == 0:
+                    before, again_fresh = None, again_fresh - 1
+                at = before
+                if shift is None:  # in a slot of its own (SlotBook._pick), the one before's
+                    at = side or (book.base(prompt) if ubatch else book.base_segment(prompt, s_len))
+                steps = plan_prefix(at, prompt, ubatch) if ubatch else plan(at, s_len, prompt)
+                for step in steps:
+                    step_s = cost.step_s(
+                        kind_of(step.evaluated, ubatch), step.evaluated, step.cached
+                    )
+                    if step_s is None:
+                        return None, first, prepared
+                    tokens += step.evaluated
+                    seconds += step_s
+                if shift is None:
+                    side = Held(prompt, s_len)
                 else:
-                    first, before = prompt[:s_len], book.base_segment(prompt, s_len)
-                    again_fresh = max(0, at_once - max(1, book.holding(first)))
-            elif again_fresh:
-                before, again_fresh = None, again_fresh - 1
-            steps = plan_prefix(before, prompt, ubatch) if ubatch else plan(before, s_len, prompt)
-            for step in steps:
-                step_s = cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated, step.cached)
-                if step_s is None:
-                    return None, first, prepared
-                tokens += step.evaluated
-                seconds += step_s
-            again = rotations - 1 + int(contextual)  # the options again, from where they start
-            if again:
-                # after the first read the slot keeps at least the segment (segment scheme)
-                held = before.tokens if before else prompt[:s_len]
-                part = steps[-1].length - common_prefix(prompt, held)
-                part = min(max(part, 1), len(prompt) - 1)
-                step_s = cost.step_s(kind_of(part, ubatch), part, len(prompt) - part) or 0.0
-                tokens += again * part
-                seconds += again * step_s
-            widen = (self._reads_needed.get(len(question.names)) or 1) * (rotations + contextual)
-            one = cost.step_s(ONE, 1, len(prompt)) or 0.0
-            seconds += (widen - rotations - int(contextual)) * one
-            before = Held(prompt, s_len)
+                    before = Held(prompt, s_len)
+            widen = (self._reads_needed.get(len(question.names)) or 1) * len(reads)
+            seconds += (widen - len(reads)) * (cost.step_s(ONE, 1, len(prompt)) or 0.0)
         return Work(tokens, seconds), first, prepared
 
     # -- the read ---------------------------------------------------------------------
@@ -812,6 +812,33 @@ class DecisionService:
         if len(slots) < 2:
             detail += " (one slot: the other-slot read used the same one)"
         return Check(scheme, same, detail, time.time())
+
+
+def _free_key(
+    free: Sequence[Mapping[str, Any]],
+    question: Question,
+    template_kwargs: Mapping[str, Any] | None,
+    layout: str,
+) -> bytes:
+    """What a content-free answer is remembered by (``DecisionService._free_answer``)."""
+    return orjson.dumps(
+        [
+            free,
+            question.kind,
+            question.names,
+            question.shown,
+            question.instructions,
+            question.temperature,
+            dict(template_kwargs or {}),
+            layout,
+        ],
+        option=orjson.OPT_SORT_KEYS,
+    )
+
+
+def _rotated(question: Question, debias: Sequence[int]) -> bool:
+    """Whether ``question`` is read once per cyclic shift in ``debias`` (a score is not)."""
+    return list(debias) not in ([], [0]) and question.kind != "score"
 
 
 def _text_only(messages: Sequence[Mapping[str, Any]]) -> bool:

@@ -264,6 +264,24 @@ async def test_a_free_slot_that_holds_the_prefix_is_taken_at_once_and_then_waite
     assert await second == 1
 
 
+@pytest.mark.parametrize("coming", [True, False])
+async def test_a_read_does_not_take_the_slot_holding_what_a_coming_decision_needs(coming):
+    """A question's content-free read (another conversation with the same opening) goes to
+    another slot than the one holding the state the decision's next question reads on;
+    without that decision coming, the longest prefix wins, as llama-server chooses."""
+    book = SlotBook(2)
+    opening, state = tuple(range(20)), tuple(range(5000, 5300))
+    book.holds[0] = Held(opening + state + (1,), 0)
+    book.holds[1] = Held(tuple(range(900, 1000)), 0)  # another conversation, used longer ago
+    free = opening + (7, 8, 9)
+    with book.coming(opening + state + (1,)) if coming else contextlib.nullcontext():
+        async with book.lease(free, by_prefix=True) as slot:
+            assert slot == (1 if coming else 0)
+        # what the decision reads itself is not kept from its own slot
+        async with book.lease(opening + state + (2,), by_prefix=True) as slot:
+            assert slot == 0
+
+
 async def test_no_more_decisions_wait_for_a_slot_than_the_tokens_it_saves_are_worth():
     book = SlotBook(3)
     fixed = tuple(range(7000, 7200))  # a classifier's 200 tokens before 100-token tickets

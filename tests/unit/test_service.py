@@ -601,13 +601,13 @@ class _Overlapping(RecordedUpstream):
         return await super().complete(tokens, **kwargs)
 
 
-def _estimated(fanout: int, reads: int, worker=(0, 1)):
-    """A segment-scheme service over two recorded slots whose admission keeps each
-    request's estimate; 1 ms a token."""
+def _estimated(fanout: int, reads: int, worker=(0, 1), ubatch=0):
+    """A service over two recorded slots whose admission keeps each request's estimate
+    (the segment scheme, or the prefix scheme with ``ubatch``); 1 ms a token."""
     up = _Overlapping([{49: -1.0, 51: -2.0}] * reads)
     admission = _Admitted()
     service = DecisionService(
-        up, n_probs=8, admission=admission, question_fanout=fanout, worker=worker
+        up, n_probs=8, admission=admission, question_fanout=fanout, worker=worker, ubatch=ubatch
     )
     service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)
     return service, up, admission.works
@@ -653,17 +653,30 @@ async def test_a_fan_out_to_slots_that_already_hold_the_state_is_estimated_witho
     assert len({r[0] for r in up.requests}) == 2
 
 
-@pytest.mark.parametrize("fanout", [1, 0])
-async def test_debiasing_reads_after_the_first_are_estimated_without_the_state(fanout):
+@pytest.mark.parametrize(
+    ("method", "fanout", "ubatch"),
+    [
+        ("cyclic", 1, 0),
+        ("cyclic", 0, 0),
+        ("cyclic", 1, 63),
+        ("contextual", 1, 0),
+        ("contextual", 1, 63),
+    ],
+)
+async def test_debiasing_reads_are_estimated_as_they_evaluate(method, fanout, ubatch):
     """Each cyclic rotation after a question's first read evaluates from the question on,
-    the state staying in the slot, also when that first read began in an empty slot:
-    the estimate counts no state for them (it may count a question's instructions
-    again, read once per rotation at most)."""
-    service, up, admitted = _estimated(fanout, 6)
-    await service.answer(
-        Asked([{"role": "user", "content": STATE}], _questions("ABC"), debias_method="cyclic")
-    )
-    evaluated = sum(r[4] for r in up.requests)
-    assert len(up.widths) == 6  # two rotations of three questions
-    instructions = len("Question A?\n") * len(up.widths)
-    assert evaluated <= admitted[0].tokens <= evaluated + instructions < evaluated + len(STATE)
+    the state staying in the slot, also when that first read began in an empty slot; a
+    content-free answer not yet remembered is one read more. The estimate makes each of
+    those prompts and counts exactly the tokens the reads evaluate, on either scheme;
+    the next request, whose content-free answers are remembered, is costed without them."""
+    service, up, admitted = _estimated(fanout, 12, ubatch=ubatch)
+    for state in (STATE, STATE.upper()):
+        cut = len(up.requests)
+        asked = Asked([{"role": "user", "content": state}], _questions("ABC"), debias_method=method)
+        await service.answer(asked)
+        evaluated = [r[4] for r in up.requests[cut:]]
+        assert admitted[-1].tokens == sum(evaluated)
+    assert len(up.widths) == (12 if method == "cyclic" else 9)  # 3 content-free answers
+    # the rotations and content-free reads evaluate no state: only a question's first
+    # read in each slot does (two at once with the fan-out, in slots of their own)
+    assert sum(e >= len(STATE) for e in evaluated) == (2 if fanout == 0 else 1)
