@@ -258,10 +258,10 @@ class SlotBook:
     """llama-server's slots, each leased to one decision at a time, with what each
     holds canonically. A free slot is chosen by preference: one that holds the same
     ``S``, then one that holds nothing known, then the one used longest ago (the prefix
-    scheme: the longest prefix of the prompt, then the one used longest ago, except that
-    a slot holding ``WAIT_FOR_PREFIX`` tokens more of a coming decision's prompt than the
-    read would keep goes last: a question's content-free read does not drop the state its
-    next question reads on). When
+    scheme: the longest prefix of the prompt, less what the read would drop there of a
+    coming decision's prompt, then the one used longest ago: a question's content-free
+    read does not drop the state its next question reads on, unless evaluating the state
+    again costs less than evaluating elsewhere what it shares with that slot). When
     every slot is leased, decisions wait in arrival order and each freed slot goes
     to the first of them. A decision also waits for one leased slot when the decision
     reading there will leave ``WAIT_FOR_PREFIX`` tokens more of this prompt in it than
@@ -314,19 +314,21 @@ class SlotBook:
     def _pick(self, segment: tuple[int, ...], by_prefix: bool) -> int:
         def rank(slot: int) -> tuple[int, ...]:
             held = self.holds[slot]
-            if by_prefix:  # the longest prefix held, as llama-server itself chooses, but
-                # not where a decision coming needs what the slot holds and this would drop
+            if by_prefix:  # the fewest tokens to evaluate, now and again later: the
+                # longest prefix held (as llama-server itself chooses), unless that drops
+                # more of what a decision coming reads on than another slot costs
                 kept = common_prefix(held.tokens, segment) if held else 0
-                needed = (
-                    held is not None
-                    and len(held.tokens) - kept >= WAIT_FOR_PREFIX
-                    and any(
-                        common_prefix(held.tokens, other) - kept >= WAIT_FOR_PREFIX
-                        for other in self._coming.values()
-                        if other is not segment
+                lost = 0
+                if held is not None and len(held.tokens) > kept:
+                    lost = max(
+                        (
+                            common_prefix(held.tokens, other) - kept
+                            for other in self._coming.values()
+                            if other is not segment
+                        ),
+                        default=0,
                     )
-                )
-                return (needed, -kept, self._last_use[slot])
+                return (max(lost, 0) - kept, self._last_use[slot])
             same = (
                 held is not None
                 and held.s_len == len(segment)
