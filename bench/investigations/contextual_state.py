@@ -1,7 +1,8 @@
 """Contextual calibration about a long state: does a question's content-free read make
 the next question evaluate the state again?
 
-    .venv/bin/python bench/investigations/contextual_state.py [--before DIR] [--paragraphs 66]
+    .venv/bin/python bench/investigations/contextual_state.py [--before DIR] [--rounds 1]
+        [--paragraphs 66]
 
 One System One request with bench/shared_state.py's 16 questions about a fresh state of
 about 1,000 tokens and ``x_debias: contextual``, sent to a proxy that has answered no
@@ -10,7 +11,8 @@ a second request about another fresh state (the content-free answers remembered)
 each, the time, the reads and the prompt tokens llama-server evaluated (``usage``:
 input less cached). The proxy as it is, and with ``--before`` the proxy of another
 checkout (for example ``git worktree add /tmp/before 80a7a93``; run with this
-``.venv``), each in front of a llama-server of its own started as make run starts it.
+``.venv``), each in front of a llama-server of its own started as make run starts it,
+``--rounds`` times, in alternating order.
 """
 
 from __future__ import annotations
@@ -54,11 +56,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, help="a checkout of the other code")
     parser.add_argument("--paragraphs", type=int, default=66, help="the state's length")
+    parser.add_argument("--rounds", type=int, default=1, help="each checkout this often")
     args = parser.parse_args()
     shared_state.PARAGRAPHS_IN_STATE[0] = args.paragraphs
-    checkouts = {"now": ROOT} | ({"before": args.before.resolve()} if args.before else {})
+    checkouts = [("now", ROOT)] + ([("before", args.before.resolve())] if args.before else [])
     print(describe())
-    for name, checkout in checkouts.items():
+    turns = [c for i in range(args.rounds) for c in (checkouts if i % 2 == 0 else checkouts[::-1])]
+    for name, checkout in turns:
         with (
             llama_server() as upstream,
             _serving(
