@@ -120,7 +120,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
     Compared a slice at a time (C loops, not a Python one per token): the whole of the
     shorter first, as a replay or a shared state matches it, else by halving the range
-    that holds the first difference. Runs once per slot for every decision."""
+    that holds the first difference. Runs for each slot a decision may take."""
     if a is b:  # a replay: the prompt cache's tuple, as the slot book keeps it
         return len(a)
     if type(a) is not type(b):  # a tuple never equals a list
@@ -258,10 +258,11 @@ class SlotBook:
     """llama-server's slots, each leased to one decision at a time, with what each
     holds canonically. A free slot is chosen by preference: one that holds the same
     ``S``, then one that holds nothing known, then the one used longest ago (the prefix
-    scheme: the longest prefix of the prompt, less what the read would drop there of a
-    coming decision's prompt, then the one used longest ago: a question's content-free
-    read does not drop the state its next question reads on, unless evaluating the state
-    again costs less than evaluating elsewhere what it shares with that slot). When
+    scheme: ``_pick_by_prefix``, the longest prefix of the prompt less what the read
+    would drop there of a coming decision's prompt that no other slot holds, then the one
+    used longest ago: a question's content-free read does not drop the state its next
+    question reads on, unless evaluating the state again costs less than evaluating
+    elsewhere what it shares with that slot). When
     every slot is leased, decisions wait in arrival order and each freed slot goes
     to the first of them. A decision also waits for one leased slot when the decision
     reading there will leave ``WAIT_FOR_PREFIX`` tokens more of this prompt in it than
@@ -299,7 +300,8 @@ class SlotBook:
         self._passed = 0
         # the first prompts (segments, on the segment scheme) of decisions admitted (or
         # being admitted) that have not finished, for estimates (``base``,
-        # ``base_segment``): what the slots will soon hold
+        # ``base_segment``): what the slots will soon hold; and what a read should not
+        # drop (``_pick_by_prefix``)
         self._coming: dict[object, tuple[int, ...]] = {}
 
     @property
@@ -312,23 +314,11 @@ class SlotBook:
             self.holds[slot] = None
 
     def _pick(self, segment: tuple[int, ...], by_prefix: bool) -> int:
-        def rank(slot: int) -> tuple[int, ...]:
+        if by_prefix:
+            return self._pick_by_prefix(segment)
+
+        def rank(slot: int) -> tuple[int, int]:
             held = self.holds[slot]
-            if by_prefix:  # the fewest tokens to evaluate, now and again later: the
-                # longest prefix held (as llama-server itself chooses), unless that drops
-                # more of what a decision coming reads on than another slot costs
-                kept = common_prefix(held.tokens, segment) if held else 0
-                lost = 0
-                if held is not None and len(held.tokens) > kept:
-                    lost = max(
-                        (
-                            common_prefix(held.tokens, other) - kept
-                            for other in self._coming.values()
-                            if other is not segment
-                        ),
-                        default=0,
-                    )
-                return (max(lost, 0) - kept, self._last_use[slot])
             same = (
                 held is not None
                 and held.s_len == len(segment)
@@ -337,6 +327,54 @@ class SlotBook:
             return (0 if same else 1 if held is None else 2, self._last_use[slot])
 
         return min(self._free, key=rank)
+
+    def _pick_by_prefix(self, prompt: tuple[int, ...]) -> int:
+        """The free slot where a read of ``prompt`` evaluates fewest tokens, now and
+        later: the longest prefix held (as llama-server itself chooses), less the tokens
+        of a coming decision's prompt that only this slot holds (or a read in progress
+        will leave) and the read would drop; then the one used longest ago. The drop is
+        reckoned only for slots that could still win, so a replay or a read that extends
+        what its slot holds compares nothing more."""
+        kept = {}
+        for slot in self._free:
+            held = self.holds[slot]
+            kept[slot] = common_prefix(held.tokens, prompt) if held is not None else 0
+        order = sorted(self._free, key=lambda s: (-kept[s], self._last_use[s]))
+        others = [other for other in self._coming.values() if other is not prompt]
+        if not others:
+            return order[0]
+        shares: dict[tuple[int, int], int] = {}
+
+        def share(slot: int, k: int) -> int:  # of others[k], what the slot holds
+            if (slot, k) not in shares:
+                held = self.holds[slot]
+                shares[slot, k] = common_prefix(held.tokens, others[k]) if held else 0
+            return shares[slot, k]
+
+        def lost(slot: int) -> int:
+            held = self.holds[slot]
+            if held is None or len(held.tokens) <= kept[slot]:
+                return 0  # nothing dropped: the read extends what the slot holds
+            most = 0
+            for k, other in enumerate(others):
+                here = share(slot, k)
+                if here <= kept[slot]:
+                    continue
+                kept_elsewhere = max(
+                    [share(s, k) for s in self.holds if s != slot]
+                    + [common_prefix(r, other) for r in self._reading.values()],
+                    default=0,
+                )
+                most = max(most, here - max(kept[slot], kept_elsewhere))
+            return most
+
+        best, best_rank = order[0], lost(order[0]) - kept[order[0]]
+        for slot in order[1:]:
+            if -kept[slot] >= best_rank:
+                break  # sorted by what they keep: none after it can do better
+            if (rank := lost(slot) - kept[slot]) < best_rank:
+                best, best_rank = slot, rank
+        return best
 
     def _worth_waiting(self, prompt: tuple[int, ...], own: int | None = None) -> int | None:
         """A leased slot whose read leaves at least ``WAIT_FOR_PREFIX`` tokens more of
@@ -384,8 +422,9 @@ class SlotBook:
 
     @contextlib.contextmanager
     def coming(self, prompt: tuple[int, ...]) -> Iterator[None]:
-        """Within the block, ``prompt`` counts as one a slot will read (``base``): a
-        decision from the moment its cost is estimated until it has finished."""
+        """Within the block, ``prompt`` counts as one a slot will read (``base``) and
+        one a read should not drop (``_pick_by_prefix``): a decision from the moment its
+        cost is estimated until it has finished."""
         key = object()
         self._coming[key] = prompt
         try:

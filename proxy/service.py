@@ -50,7 +50,7 @@ from .decision.readout import decide
 from .decision.selfcheck import CHECK_OPTIONS, CHECK_TEXT, OTHER_TEXT, Check, compare
 from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import Held, plan, plan_prefix
+from .kv import Held, common_prefix, plan, plan_prefix
 from .metrics import Metrics, after_reply
 from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
 from .prompt_cache import Prompt, PromptCache
@@ -409,7 +409,9 @@ class DecisionService:
                 prompt_ids=first.prompt_ids,
             )
         if free is not None and question.kind != "score":
-            weights, spent = await self._free_answer(free, question, template_kwargs, layout)
+            weights, spent = await self._free_answer(
+                free, question, template_kwargs, layout, prepared.get(_FREE)
+            )
             outcome = replace(
                 outcome,
                 decision=divide_out(outcome.decision, weights),
@@ -429,6 +431,7 @@ class DecisionService:
         question: Question,
         template_kwargs: Mapping[str, Any] | None,
         layout: str,
+        prepared: _Prepared | None = None,
     ) -> tuple[tuple[float, ...], Outcome | None]:
         """The probabilities the model gives the question's options about a content-free
         input, and the read that took them (None when remembered): read once per question
@@ -437,7 +440,7 @@ class DecisionService:
         known = self._content_free.get(key)
         if known is not None:
             return known, None
-        read = await self._decide_once(free, question, template_kwargs, layout)
+        read = await self._decide_once(free, question, template_kwargs, layout, prepared=prepared)
         weights = tuple(max(p, _LEAST_WEIGHT) for p in read.decision.probabilities)
         if len(key) <= _MAX_FREE_KEY:
             self._content_free.put(key, weights)
@@ -552,7 +555,9 @@ class DecisionService:
         (``debias``: its cyclic shifts) is read once per shift, each on the slot the shift
         before left, so each rotation's prompt is made here too; one in ``contextual``
         is read once more about ``free`` (the content-free turn) unless that answer is
-        remembered, and that read is made and costed the same way. None while this
+        remembered, and that read is made and costed the same way, in the slot the slot
+        book would give it (``_stays``: its own when it keeps more there than it drops of
+        the decision, else a side slot, where the next such read follows). None while this
         server's costs are unknown or the prompt cannot be planned (images; a template that
         hides the options). With it, the first question's prompt (its segment, on the
         segment scheme; empty when none was made): what the slots will hold
@@ -570,7 +575,9 @@ class DecisionService:
         tokens = 0
         seconds = 0.0
         again_fresh = 0  # questions of the fan-out read in a slot without the segment
-        side: Held | None = None  # where the content-free reads go, once one was made
+        side: Held | None = None  # where the content-free reads go, once one went aside
+        stays = False
+        main_len = 0
         for qid, question in questions.items():
             shifts = tuple(debias.get(qid, ())) if _rotated(question, debias.get(qid, ())) else (0,)
             reads: list[tuple[Sequence[Mapping[str, Any]], Question, int | None]] = [
@@ -587,8 +594,7 @@ class DecisionService:
             made = prepared.setdefault(qid, {})
             for n_read, (convo, asked, shift) in enumerate(reads):
                 one_prompt = await self._prepare(convo, asked, kwargs, layout, ubatch)
-                if shift is not None:
-                    made[shift] = one_prompt
+                made[_FREE if shift is None else shift] = one_prompt
                 found, n_ctx = one_prompt.tokens, one_prompt.info.n_ctx
                 if found is None or (n_ctx and len(found[0]) >= n_ctx):
                     return None, first, prepared  # read as it comes, or refused for its length
@@ -603,8 +609,12 @@ class DecisionService:
                 elif again_fresh and n_read == 0:
                     before, again_fresh = None, again_fresh - 1
                 at = before
-                if shift is None:  # in a slot of its own (SlotBook._pick), the one before's
-                    at = side or (book.base(prompt) if ubatch else book.base_segment(prompt, s_len))
+                if shift is None:  # the content-free read: where SlotBook would put it
+                    other = side or (
+                        book.base(prompt) if ubatch else book.base_segment(prompt, s_len)
+                    )
+                    stays = book.size == 1 or (bool(ubatch) and _stays(before, other, prompt, first))
+                    at = before if stays else other
                 steps = plan_prefix(at, prompt, ubatch) if ubatch else plan(at, s_len, prompt)
                 for step in steps:
                     step_s = cost.step_s(
@@ -614,12 +624,15 @@ class DecisionService:
                         return None, first, prepared
                     tokens += step.evaluated
                     seconds += step_s
-                if shift is None:
+                if shift is None and not stays:
                     side = Held(prompt, s_len)
                 else:
                     before = Held(prompt, s_len)
+                if shift == 0:
+                    main_len = len(prompt)
+            # each read widened as often as the last one with as many options
             widen = (self._reads_needed.get(len(question.names)) or 1) * len(reads)
-            seconds += (widen - len(reads)) * (cost.step_s(ONE, 1, len(prompt)) or 0.0)
+            seconds += (widen - len(reads)) * (cost.step_s(ONE, 1, main_len) or 0.0)
         return Work(tokens, seconds), first, prepared
 
     # -- the read ---------------------------------------------------------------------
@@ -834,6 +847,25 @@ def _free_key(
         ],
         option=orjson.OPT_SORT_KEYS,
     )
+
+
+_FREE = -1  # a question's content-free prompt among its prepared ones (by cyclic shift)
+
+
+def _stays(
+    before: Held | None, other: Held | None, prompt: tuple[int, ...], main: tuple[int, ...]
+) -> bool:
+    """Whether a content-free read of ``prompt`` lands in the slot holding ``before`` (the
+    decision's own, ``main`` its first prompt) rather than in the one holding ``other``,
+    as ``SlotBook._pick_by_prefix`` chooses: fewer tokens to evaluate there, counting what
+    it drops of ``main`` that the other does not hold (a tie goes to the other: the own
+    slot was used last)."""
+    if before is None:
+        return False
+    kept = common_prefix(before.tokens, prompt)
+    elsewhere = common_prefix(other.tokens, main) if other else 0
+    lost = max(0, common_prefix(before.tokens, main) - max(kept, elsewhere))
+    return lost - kept < -(common_prefix(other.tokens, prompt) if other else 0)
 
 
 def _rotated(question: Question, debias: Sequence[int]) -> bool:

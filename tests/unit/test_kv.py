@@ -286,6 +286,26 @@ async def test_a_read_does_not_take_the_slot_holding_what_a_coming_decision_need
             assert slot == 0
 
 
+async def test_a_read_may_drop_what_a_coming_decision_needs_when_another_slot_holds_it():
+    """Only what no other slot holds is lost: of two slots holding the state, the one
+    used longest ago goes to another conversation's read, not a third slot's content;
+    and with one slot, the read takes it."""
+    book = SlotBook(3)
+    opening, state = tuple(range(20)), tuple(range(5000, 5300))
+    book.holds[0] = Held(opening + state + (1,), 0)
+    book.holds[1] = Held(opening + state + (2,), 0)
+    book.holds[2] = Held(opening + tuple(range(900, 1000)), 0)
+    book._last_use.update({0: 3, 1: 1, 2: 2})
+    with book.coming(opening + state + (3,)):
+        async with book.lease(opening + (7, 8, 9), by_prefix=True) as slot:
+            assert slot == 1
+    alone = SlotBook(1)
+    alone.holds[0] = Held(opening + state, 0)
+    with alone.coming(opening + state + (3,)):
+        async with alone.lease(opening + (7,), by_prefix=True) as slot:
+            assert slot == 0
+
+
 async def test_no_more_decisions_wait_for_a_slot_than_the_tokens_it_saves_are_worth():
     book = SlotBook(3)
     fixed = tuple(range(7000, 7200))  # a classifier's 200 tokens before 100-token tickets

@@ -596,6 +596,11 @@ class _Admitted(Admission):
 
 
 class _Overlapping(RecordedUpstream):
+    async def render(self, messages, kwargs):  # every turn, as a chat template would
+        *earlier, _ = messages
+        turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in earlier)
+        return turns + await super().render(messages, kwargs)
+
     async def complete(self, tokens, **kwargs):
         await asyncio.sleep(0)  # as a real read, it lets the other questions lease
         return await super().complete(tokens, **kwargs)
@@ -653,30 +658,44 @@ async def test_a_fan_out_to_slots_that_already_hold_the_state_is_estimated_witho
     assert len({r[0] for r in up.requests}) == 2
 
 
+def _about(state: str, shape: str) -> list[dict]:
+    if shape == "system":  # the state as a system turn: the content-free turn shares it
+        return [{"role": "system", "content": state}, {"role": "user", "content": "Hello?"}]
+    return [{"role": "user", "content": state}]
+
+
 @pytest.mark.parametrize(
-    ("method", "fanout", "ubatch"),
+    ("method", "fanout", "ubatch", "shape"),
     [
-        ("cyclic", 1, 0),
-        ("cyclic", 0, 0),
-        ("cyclic", 1, 63),
-        ("contextual", 1, 0),
-        ("contextual", 1, 63),
+        ("cyclic", 1, 0, "user"),
+        ("cyclic", 0, 0, "user"),
+        ("cyclic", 1, 63, "user"),
+        ("contextual", 1, 0, "user"),
+        ("contextual", 1, 63, "user"),
+        ("contextual", 1, 0, "system"),
+        ("contextual", 1, 63, "system"),
     ],
 )
-async def test_debiasing_reads_are_estimated_as_they_evaluate(method, fanout, ubatch):
+async def test_debiasing_reads_are_estimated_as_they_evaluate(method, fanout, ubatch, shape):
     """Each cyclic rotation after a question's first read evaluates from the question on,
     the state staying in the slot, also when that first read began in an empty slot; a
-    content-free answer not yet remembered is one read more. The estimate makes each of
-    those prompts and counts exactly the tokens the reads evaluate, on either scheme;
-    the next request, whose content-free answers are remembered, is costed without them."""
+    content-free answer not yet remembered is one read more, in a slot of its own or (a
+    content-free turn that shares the state, on the prefix scheme) in the decision's. The
+    estimate makes each of those prompts and counts exactly the tokens the reads
+    evaluate, on either scheme; the next request, whose content-free answers are
+    remembered, is costed without them."""
     service, up, admitted = _estimated(fanout, 12, ubatch=ubatch)
     for state in (STATE, STATE.upper()):
         cut = len(up.requests)
-        asked = Asked([{"role": "user", "content": state}], _questions("ABC"), debias_method=method)
+        asked = Asked(_about(state, shape), _questions("ABC"), debias_method=method)
         await service.answer(asked)
         evaluated = [r[4] for r in up.requests[cut:]]
         assert admitted[-1].tokens == sum(evaluated)
-    assert len(up.widths) == (12 if method == "cyclic" else 9)  # 3 content-free answers
-    # the rotations and content-free reads evaluate no state: only a question's first
-    # read in each slot does (two at once with the fan-out, in slots of their own)
-    assert sum(e >= len(STATE) for e in evaluated) == (2 if fanout == 0 else 1)
+    # 3 content-free answers in all, unless each request's differs (the state in it)
+    assert len(up.widths) == (9 if method == "contextual" and shape == "user" else 12)
+    # the rotations and content-free reads evaluate no state again: only a question's
+    # first read in each slot does (two at once with the fan-out, in slots of their own;
+    # on the segment scheme the content-free turn after a shared state has a segment of
+    # its own, read in another slot; on the prefix scheme it stays in the decision's)
+    aside = fanout == 0 or (shape == "system" and not ubatch)
+    assert sum(e >= len(STATE) for e in evaluated) == (2 if aside else 1)
