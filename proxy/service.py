@@ -613,7 +613,9 @@ class DecisionService:
                     other = side or (
                         book.base(prompt) if ubatch else book.base_segment(prompt, s_len)
                     )
-                    stays = book.size == 1 or (bool(ubatch) and _stays(before, other, prompt, first))
+                    stays = book.size == 1 or (
+                        bool(ubatch) and _stays(before, other, prompt, first)
+                    )
                     at = before if stays else other
                 steps = plan_prefix(at, prompt, ubatch) if ubatch else plan(at, s_len, prompt)
                 for step in steps:
