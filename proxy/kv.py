@@ -368,11 +368,13 @@ class SlotBook:
                 most = max(most, here - max(kept[slot], kept_elsewhere))
             return most
 
-        best, best_rank = order[0], lost(order[0]) - kept[order[0]]
+        best = order[0]
+        best_rank = (lost(best) - kept[best], self._last_use[best])
         for slot in order[1:]:
-            if -kept[slot] >= best_rank:
+            if -kept[slot] > best_rank[0]:
                 break  # sorted by what they keep: none after it can do better
-            if (rank := lost(slot) - kept[slot]) < best_rank:
+            rank = (lost(slot) - kept[slot], self._last_use[slot])
+            if rank < best_rank:
                 best, best_rank = slot, rank
         return best
 

@@ -299,6 +299,14 @@ async def test_a_read_may_drop_what_a_coming_decision_needs_when_another_slot_ho
     with book.coming(opening + state + (3,)):
         async with book.lease(opening + (7, 8, 9), by_prefix=True) as slot:
             assert slot == 1
+    # a tie between what a read saves in one slot and what it drops there: the slot
+    # used longest ago, as without anything coming
+    tie = SlotBook(2)
+    tie.holds[0] = Held(opening + state[:20], 0)
+    tie._last_use.update({0: 2, 1: 1})
+    with tie.coming(opening + state):
+        async with tie.lease(opening + (7,), by_prefix=True) as slot:
+            assert slot == 1
     alone = SlotBook(1)
     alone.holds[0] = Held(opening + state, 0)
     with alone.coming(opening + state + (3,)):
