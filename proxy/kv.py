@@ -60,6 +60,7 @@ __all__ = [
     "plan_prefix",
     "after",
     "common_prefix",
+    "dropped",
     "SlotBook",
     "MAX_SMALL_CHUNK",
     "LONE_ROW_CELLS",
@@ -136,6 +137,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         else:
             hi = mid
     return lo
+
+
+def dropped(kept: int, held: int, elsewhere: int) -> int:
+    """The tokens of a coming decision's prompt that a read drops from a slot holding
+    ``held`` of them, keeping ``kept``, while another slot (or a read in progress) holds
+    ``elsewhere`` of them: what that decision will evaluate again (``SlotBook``'s pick)."""
+    return max(0, held - max(kept, elsewhere))
 
 
 def _same(segment: tuple[int, ...], tokens: tuple[int, ...], s_len: int) -> int:
@@ -365,7 +373,7 @@ class SlotBook:
                     + [common_prefix(r, other) for r in self._reading.values()],
                     default=0,
                 )
-                most = max(most, here - max(kept[slot], kept_elsewhere))
+                most = max(most, dropped(kept[slot], here, kept_elsewhere))
             return most
 
         best = order[0]

@@ -50,7 +50,7 @@ from .decision.readout import decide
 from .decision.selfcheck import CHECK_OPTIONS, CHECK_TEXT, OTHER_TEXT, Check, compare
 from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import Held, common_prefix, plan, plan_prefix
+from .kv import Held, common_prefix, dropped, plan, plan_prefix
 from .metrics import Metrics, after_reply
 from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
 from .prompt_cache import Prompt, PromptCache
@@ -577,9 +577,9 @@ class DecisionService:
         again_fresh = 0  # questions of the fan-out read in a slot without the segment
         side: Held | None = None  # where the content-free reads go, once one went aside
         stays = False
-        main_len = 0
         for qid, question in questions.items():
-            shifts = tuple(debias.get(qid, ())) if _rotated(question, debias.get(qid, ())) else (0,)
+            asked_shifts = debias.get(qid, ())
+            shifts = tuple(asked_shifts) if _rotated(question, asked_shifts) else (0,)
             reads: list[tuple[Sequence[Mapping[str, Any]], Question, int | None]] = [
                 (messages, rotate(question, shift) if shift else question, shift)
                 for shift in shifts
@@ -630,11 +630,13 @@ class DecisionService:
                     side = Held(prompt, s_len)
                 else:
                     before = Held(prompt, s_len)
-                if shift == 0:
-                    main_len = len(prompt)
-            # each read widened as often as the last one with as many options
+            # each read widened as often as the last one with as many options, at the
+            # question's own prompt
+            own = made[shifts[0]].tokens
             widen = (self._reads_needed.get(len(question.names)) or 1) * len(reads)
-            seconds += (widen - len(reads)) * (cost.step_s(ONE, 1, main_len) or 0.0)
+            seconds += (widen - len(reads)) * (
+                cost.step_s(ONE, 1, len(own[0]) if own else 0) or 0.0
+            )
         return Work(tokens, seconds), first, prepared
 
     # -- the read ---------------------------------------------------------------------
@@ -866,7 +868,7 @@ def _stays(
         return False
     kept = common_prefix(before.tokens, prompt)
     elsewhere = common_prefix(other.tokens, main) if other else 0
-    lost = max(0, common_prefix(before.tokens, main) - max(kept, elsewhere))
+    lost = dropped(kept, common_prefix(before.tokens, main), elsewhere)
     return lost - kept < -(common_prefix(other.tokens, prompt) if other else 0)
 
 
