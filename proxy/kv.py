@@ -146,6 +146,11 @@ def dropped(kept: int, held: int, elsewhere: int) -> int:
     return max(0, held - max(kept, elsewhere))
 
 
+def _holds(held: Held, segment: tuple[int, ...]) -> bool:
+    """Whether a slot holding ``held`` holds ``segment`` as its segment."""
+    return held.s_len == len(segment) and held.tokens[: len(segment)] == segment
+
+
 def _same(segment: tuple[int, ...], tokens: tuple[int, ...], s_len: int) -> int:
     """The segment scheme's share of what a slot holds (``tokens``, evaluated with a
     segment of ``s_len``) for a read of ``segment``: all of it when the slot holds that
@@ -325,14 +330,18 @@ class SlotBook:
         if by_prefix:
             return self._pick_by_prefix(segment)
 
+        # the segment itself, else an empty slot, else one holding no coming decision's
+        # segment, each the one used longest ago
+        coming = [c for c in self._coming.values() if c != segment]
+
         def rank(slot: int) -> tuple[int, int]:
             held = self.holds[slot]
-            same = (
-                held is not None
-                and held.s_len == len(segment)
-                and held.tokens[: len(segment)] == segment
-            )
-            return (0 if same else 1 if held is None else 2, self._last_use[slot])
+            if held is None:
+                return 1, self._last_use[slot]
+            if _holds(held, segment):
+                return 0, self._last_use[slot]
+            kept = any(_holds(held, c) for c in coming)
+            return 3 if kept else 2, self._last_use[slot]
 
         return min(self._free, key=rank)
 

@@ -286,6 +286,30 @@ async def test_a_read_does_not_take_the_slot_holding_what_a_coming_decision_need
             assert slot == 0
 
 
+async def test_on_the_segment_scheme_a_read_keeps_off_a_coming_decisions_segment():
+    """A read whose segment no slot holds takes an empty slot, else one holding no
+    coming decision's segment, though that one was used more lately; with every slot
+    holding one, the one used longest ago."""
+    book = SlotBook(3)
+    state = tuple(range(5000, 5300))
+    book.holds = {0: Held(state + (1,), 300), 1: Held((900, 901, 2), 2), 2: None}
+    book._last_use.update({0: 1, 1: 2, 2: 3})
+    with book.coming(state):
+        async with book.lease((7, 8, 9)) as slot:
+            assert slot == 2  # empty
+        async with book.lease((7, 8, 9)) as a, book.lease((6, 8, 9)) as b:
+            assert (a, b) == (2, 1)  # the segment itself, then what no decision needs
+        book.holds[1] = Held(state + (2,), 300)
+        book.holds[2] = Held(state + (3,), 300)
+        book._last_use.update({0: 1, 1: 2, 2: 3})
+        async with book.lease((5, 8, 9)) as slot:
+            assert slot == 0  # every slot holds one: the one used longest ago
+    book.holds = {0: Held(state + (1,), 300), 1: Held((4, 5), 2), 2: Held((6, 7), 2)}
+    book._last_use.update({0: 1, 1: 2, 2: 3})
+    async with book.lease((5, 8, 9)) as slot:
+        assert slot == 0  # nothing coming: the one used longest ago
+
+
 async def test_a_read_may_drop_what_a_coming_decision_needs_when_another_slot_holds_it():
     """Only what no other slot holds is lost: of two slots holding the state, the one
     used longest ago goes to another conversation's read, not a third slot's content;

@@ -9,7 +9,7 @@ import pytest
 
 from proxy.admission import Admission
 from proxy.cost import CHUNK
-from proxy.decision.question import choice_question
+from proxy.decision.question import choice_question, score_question
 from proxy.errors import InvalidRequest, UpstreamBadResponse, UpstreamTimeout
 from proxy.kv import common_prefix
 from proxy.service import Asked, DecisionService, read_widths
@@ -658,6 +658,51 @@ async def test_a_fan_out_to_slots_that_already_hold_the_state_is_estimated_witho
     assert len({r[0] for r in up.requests}) == 2
 
 
+@pytest.mark.parametrize("shape", ["user", "system"])
+async def test_a_contextual_fan_out_reads_its_content_free_turns_first_and_is_estimated(shape):
+    """With a fan-out on the segment scheme, the content-free answers of the questions
+    after the first are read before the fan-out, one after another where the first's
+    went, so the fan-out's slots keep the state (one reads it again); asked again, with
+    both slots holding it, the first's content-free read takes one of them and one
+    question of the fan-out evaluates the state again. Admission's estimate counts
+    exactly what the reads evaluate, both times."""
+    service, up, admitted = _estimated(0, 40)
+    for batch in ("ABC", "DEF"):
+        cut = len(up.requests)
+        await service.answer(
+            Asked(_about(STATE, shape), _questions(batch), debias_method="contextual")
+        )
+        evaluated = [r[4] for r in up.requests[cut:]]
+        assert admitted[-1].tokens == sum(evaluated)
+        # the state read in both slots the first time, in one the second; and the
+        # content-free turn (system: it holds the state) once each time
+        again = (2 if batch == "ABC" else 1) + (shape == "system")
+        assert sum(e >= len(STATE) for e in evaluated) == again
+    # in its slot, each content-free read after the first evaluates its question only
+    assert len(up.widths) == 12
+
+
+@pytest.mark.parametrize("method", ["cyclic", "contextual"])
+async def test_a_score_asked_with_debiasing_is_read_and_estimated_once(method):
+    """Scores are neither rotated nor divided by a content-free answer: one read, and
+    the estimate counts that read alone."""
+    service, up, admitted = _estimated(1, 2)
+    question = score_question(["low", "high"], instructions="How urgent?")
+    outcome = await service.decide(
+        _about(STATE, "user"),
+        question,
+        debias=(0, 1) if method == "cyclic" else (),
+        contextual=method == "contextual",
+    )
+    assert outcome.reads == 1 and len(up.widths) == 1
+    cut = len(up.requests)
+    await service.answer(
+        Asked(_about(STATE.upper(), "user"), {"s": question}, debias_method=method)
+    )
+    assert admitted[-1].tokens == sum(r[4] for r in up.requests[cut:]) > len(STATE)
+    assert len(up.widths) == 2
+
+
 def _about(state: str, shape: str) -> list[dict]:
     if shape == "system":  # the state as a system turn: the content-free turn shares it
         return [{"role": "system", "content": state}, {"role": "user", "content": "Hello?"}]
@@ -674,6 +719,8 @@ def _about(state: str, shape: str) -> list[dict]:
         ("contextual", 1, 63, "user"),
         ("contextual", 1, 0, "system"),
         ("contextual", 1, 63, "system"),
+        ("contextual", 0, 0, "user"),
+        ("contextual", 0, 0, "system"),
     ],
 )
 async def test_debiasing_reads_are_estimated_as_they_evaluate(method, fanout, ubatch, shape):
@@ -697,5 +744,5 @@ async def test_debiasing_reads_are_estimated_as_they_evaluate(method, fanout, ub
     # first read in each slot does (two at once with the fan-out, in slots of their own;
     # on the segment scheme the content-free turn after a shared state has a segment of
     # its own, read in another slot; on the prefix scheme it stays in the decision's)
-    aside = fanout == 0 or (shape == "system" and not ubatch)
-    assert sum(e >= len(STATE) for e in evaluated) == (2 if aside else 1)
+    aside = shape == "system" and not ubatch
+    assert sum(e >= len(STATE) for e in evaluated) == 1 + (fanout == 0) + aside
