@@ -270,7 +270,8 @@ def after(step: Step, prompt: tuple[int, ...]) -> tuple[int, ...]:
 class SlotBook:
     """llama-server's slots, each leased to one decision at a time, with what each
     holds canonically. A free slot is chosen by preference: one that holds the same
-    ``S``, then one that holds nothing known, then the one used longest ago (the prefix
+    ``S``, then one that holds nothing known, then one that holds no coming decision's
+    segment, then any, the one used longest ago first (the prefix
     scheme: ``_pick_by_prefix``, the longest prefix of the prompt less what the read
     would drop there of a coming decision's prompt that no other slot holds, then the one
     used longest ago: a question's content-free read does not drop the state its next
@@ -574,7 +575,7 @@ class SlotBook:
     ) -> _Lease:
         """``async with book.lease(segment) as slot:`` a slot for one decision: one that
         holds ``segment`` (the segment scheme) or, ``by_prefix``, the longest prefix of
-        ``segment`` (then the prompt), else the one used longest ago; or a leased one
+        ``segment`` (then the prompt), else as the class says (``_pick``); or a leased one
         that is reading it, when that is worth waiting for (``_worth_waiting``; ``own``:
         on the segment scheme, the tokens the read evaluates after the segment; ``wait``
         False: never). ``short``: a read of one request that any slot content reads the

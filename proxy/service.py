@@ -309,10 +309,7 @@ class DecisionService:
         more, which costs more than it saves on a CPU (bench/shared_state.py) and is meant
         for a GPU; on the prefix scheme (a CPU's) they wait for the slot reading it as any
         decision does (proxy/kv.py). The questions in ``contextual`` are calibrated
-        against the same question about ``free``: on a fan-out, the content-free reads of
-        the questions after the first come before it, one after another in the slot the
-        first's went to, so that they neither take the slots the fan-out reads the
-        conversation in nor read the content-free turn again in each."""
+        against the same question about ``free``."""
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
         self._admission.crowded()  # before planning asks llama-server anything
@@ -331,8 +328,6 @@ class DecisionService:
             async with self._admission.admit(work):
                 items = list(questions.items())
 
-                given: dict[str, tuple[tuple[float, ...], Outcome | None]] = {}
-
                 def one(
                     qid: str, question: Question, spread: bool = False
                 ) -> Coroutine[Any, Any, Outcome]:
@@ -345,25 +340,11 @@ class DecisionService:
                         layout,
                         spread=spread,
                         prepared=prepared.get(qid, {}),
-                        free_answer=given.get(qid),
                     )
 
                 first_id, first = items[0]
                 outcomes = {first_id: await one(first_id, first)}
                 if len(items) > 1:
-                    if at_once and free is not None:
-                        # before the fan-out, one after another: each finds the content-free
-                        # turn where the one before read it, and the fan-out's slots keep
-                        # their states (the order _work costs)
-                        for qid, question in items[1:]:
-                            if qid in contextual and question.kind != "score":
-                                given[qid] = await self._free_answer(
-                                    free,
-                                    question,
-                                    template_kwargs,
-                                    layout,
-                                    prepared.get(qid, {}).get(_FREE),
-                                )
                     limit = asyncio.Semaphore(self._fanout or book.size)
 
                     async def limited(qid: str, question: Question) -> None:
@@ -389,10 +370,8 @@ class DecisionService:
         *,
         spread: bool = False,
         prepared: Mapping[int, _Prepared] = MappingProxyType({}),
-        free_answer: tuple[tuple[float, ...], Outcome | None] | None = None,
     ) -> Outcome:
-        """``prepared``: the prompts the admission's estimate made, by cyclic shift;
-        ``free_answer``: the content-free answer (``_free_answer``), when already read."""
+        """``prepared``: the prompts the admission's estimate made, by cyclic shift."""
         if not _rotated(question, debias):
             outcome = await self._decide_once(
                 messages, question, template_kwargs, layout, spread=spread, prepared=prepared.get(0)
@@ -430,7 +409,7 @@ class DecisionService:
                 prompt_ids=first.prompt_ids,
             )
         if free is not None and question.kind != "score":
-            weights, spent = free_answer or await self._free_answer(
+            weights, spent = await self._free_answer(
                 free, question, template_kwargs, layout, prepared.get(_FREE)
             )
             outcome = replace(
@@ -571,10 +550,11 @@ class DecisionService:
         the one before left (as the slot book places a conversation's questions), except
         that ``at_once`` questions after the first are read at once (a fan-out on the
         segment scheme), each in a slot of this process's own: those beyond the slots that
-        hold the first's segment (its own slot, at least) evaluate it again, one more
-        when the first content-free read, going before the fan-out (``_ask``), takes a
-        slot of its own while every slot holds the segment; each read widened as often as
-        the last one with as many options. A question debiased
+        hold the first's segment (its own slot, at least) evaluate it again (the
+        content-free reads of such a fan-out run beside it, in whichever slot frees first,
+        and are costed where the one before went: one evaluation of the content-free turn,
+        or of the state, too few each time the fan-out took that slot); each read widened
+        as often as the last one with as many options. A question debiased
         (``debias``: its cyclic shifts) is read once per shift, each on the slot the shift
         before left, so each rotation's prompt is made here too; one in ``contextual``
         is read once more about ``free`` (the content-free turn) unless that answer is
@@ -597,12 +577,13 @@ class DecisionService:
         first: tuple[int, ...] = ()
         tokens = 0
         seconds = 0.0
-        # each question's reads: its rotations, then its content-free read (not remembered)
-        planned: dict[str, list[tuple[Sequence[Mapping[str, Any]], Question, int | None]]] = {}
+        again_fresh = 0  # questions of the fan-out read in a slot without the segment
+        side: Held | None = None  # where the content-free reads go, once one went aside
+        stays = False
         for qid, question in questions.items():
             asked_shifts = debias.get(qid, ())
             shifts = tuple(asked_shifts) if _rotated(question, asked_shifts) else (0,)
-            planned[qid] = [
+            reads: list[tuple[Sequence[Mapping[str, Any]], Question, int | None]] = [
                 (messages, rotate(question, shift) if shift else question, shift)
                 for shift in shifts
             ]
@@ -612,59 +593,49 @@ class DecisionService:
                 and question.kind != "score"
                 and _free_key(free, question, template_kwargs, layout) not in self._content_free
             ):
-                planned[qid].append((free, question, None))
-        # in the order _ask reads them: with a fan-out, the content-free reads of the
-        # questions after the first come before the fan-out
-        order = [(qid, n, read) for qid, reads in planned.items() for n, read in enumerate(reads)]
-        if at_once:
-            first_id = order[0][0]
-            order.sort(key=lambda e: 0 if e[0] == first_id else 1 if e[2][2] is None else 2)
-        holders = 0  # slots holding the first's segment (segment scheme)
-        again_fresh = 0  # questions of the fan-out read in a slot without the segment
-        side: Held | None = None  # where the content-free reads go, once one went aside
-        stays = False
-        for qid, n_read, (convo, asked, shift) in order:
-            one_prompt = await self._prepare(convo, asked, kwargs, layout, ubatch)
-            prepared.setdefault(qid, {})[_FREE if shift is None else shift] = one_prompt
-            found, n_ctx = one_prompt.tokens, one_prompt.info.n_ctx
-            if found is None or (n_ctx and len(found[0]) >= n_ctx):
-                return None, first, prepared  # read as it comes, or refused for its length
-            prompt, s_len = found
-            if not first:
-                # the slot holding most of it (its segment), or the read it will wait for
-                if ubatch:
-                    first, before = prompt, book.base(prompt)
+                reads.append((free, question, None))  # its content-free answer, not remembered
+            made = prepared.setdefault(qid, {})
+            for n_read, (convo, asked, shift) in enumerate(reads):
+                one_prompt = await self._prepare(convo, asked, kwargs, layout, ubatch)
+                made[_FREE if shift is None else shift] = one_prompt
+                found, n_ctx = one_prompt.tokens, one_prompt.info.n_ctx
+                if found is None or (n_ctx and len(found[0]) >= n_ctx):
+                    return None, first, prepared  # read as it comes, or refused for its length
+                prompt, s_len = found
+                if not first:
+                    # the slot holding most of it (its segment), or the read it will wait for
+                    if ubatch:
+                        first, before = prompt, book.base(prompt)
+                    else:
+                        first, before = prompt[:s_len], book.base_segment(prompt, s_len)
+                        again_fresh = max(0, at_once - max(1, book.holding(first)))
+                elif again_fresh and n_read == 0:
+                    before, again_fresh = None, again_fresh - 1
+                at = before
+                if shift is None:  # the content-free read: where SlotBook would put it
+                    other = side or (
+                        book.base(prompt) if ubatch else book.base_segment(prompt, s_len)
+                    )
+                    stays = book.size == 1 or (
+                        bool(ubatch) and _stays(before, other, prompt, first)
+                    )
+                    at = before if stays else other
+                steps = plan_prefix(at, prompt, ubatch) if ubatch else plan(at, s_len, prompt)
+                for step in steps:
+                    step_s = cost.step_s(
+                        kind_of(step.evaluated, ubatch), step.evaluated, step.cached
+                    )
+                    if step_s is None:
+                        return None, first, prepared
+                    tokens += step.evaluated
+                    seconds += step_s
+                if shift is None and not stays:
+                    side = Held(prompt, s_len)
                 else:
-                    first, before = prompt[:s_len], book.base_segment(prompt, s_len)
-                    holders = max(1, book.holding(first))
-                    again_fresh = max(0, at_once - holders)
-            elif again_fresh and n_read == 0:
-                before, again_fresh = None, again_fresh - 1
-            at = before
-            if shift is None:  # the content-free read: where SlotBook would put it
-                other = side or (book.base(prompt) if ubatch else book.base_segment(prompt, s_len))
-                stays = book.size == 1 or (bool(ubatch) and _stays(before, other, prompt, first))
-                at = before if stays else other
-                if at is None and at_once and holders == book.size:
-                    # a slot of its own: every slot holds the first's segment, one no longer
-                    holders -= 1
-                    again_fresh = max(0, at_once - holders)
-            steps = plan_prefix(at, prompt, ubatch) if ubatch else plan(at, s_len, prompt)
-            for step in steps:
-                step_s = cost.step_s(kind_of(step.evaluated, ubatch), step.evaluated, step.cached)
-                if step_s is None:
-                    return None, first, prepared
-                tokens += step.evaluated
-                seconds += step_s
-            if shift is None and not stays:
-                side = Held(prompt, s_len)
-            else:
-                before = Held(prompt, s_len)
-        for qid, question in questions.items():
+                    before = Held(prompt, s_len)
             # each read widened as often as the last one with as many options, at the
             # question's own prompt
-            reads = planned[qid]
-            own = prepared[qid][reads[0][2] or 0].tokens  # the first shift's (never None)
+            own = made[shifts[0]].tokens
             widen = (self._reads_needed.get(len(question.names)) or 1) * len(reads)
             seconds += (widen - len(reads)) * (
                 cost.step_s(ONE, 1, len(own[0]) if own else 0) or 0.0

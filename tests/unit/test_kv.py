@@ -298,7 +298,7 @@ async def test_on_the_segment_scheme_a_read_keeps_off_a_coming_decisions_segment
         async with book.lease((7, 8, 9)) as slot:
             assert slot == 2  # empty
         async with book.lease((7, 8, 9)) as a, book.lease((6, 8, 9)) as b:
-            assert (a, b) == (2, 1)  # the segment itself, then what no decision needs
+            assert (a, b) == (2, 1)  # the empty one again, then what no decision needs
         book.holds[1] = Held(state + (2,), 300)
         book.holds[2] = Held(state + (3,), 300)
         book._last_use.update({0: 1, 1: 2, 2: 3})

@@ -4,6 +4,8 @@ import asyncio
 import fcntl
 import math
 import re
+import zlib
+from dataclasses import replace
 
 import pytest
 
@@ -658,28 +660,41 @@ async def test_a_fan_out_to_slots_that_already_hold_the_state_is_estimated_witho
     assert len({r[0] for r in up.requests}) == 2
 
 
+class _ByPrompt(_Overlapping):
+    """Log-probabilities that depend on the prompt alone, as a model's do: a read gives
+    the same numbers whichever slot or order it comes in."""
+
+    async def complete(self, tokens, **kwargs):
+        done = await super().complete(tokens, **kwargs)
+        if kwargs.get("n_probs"):
+            h = zlib.crc32(bytes(t % 256 for t in tokens))
+            top = {49 + i: -((h >> (4 * i)) % 16) / 4 - 0.1 for i in range(8)}
+            done = replace(done, read=replace(done.read, logprobs=top))
+        return done
+
+
 @pytest.mark.parametrize("shape", ["user", "system"])
-async def test_a_contextual_fan_out_reads_its_content_free_turns_first_and_is_estimated(shape):
-    """With a fan-out on the segment scheme, the content-free answers of the questions
-    after the first are read before the fan-out, one after another where the first's
-    went, so the fan-out's slots keep the state (one reads it again); asked again, with
-    both slots holding it, the first's content-free read takes one of them and one
-    question of the fan-out evaluates the state again. Admission's estimate counts
-    exactly what the reads evaluate, both times."""
-    service, up, admitted = _estimated(0, 40)
-    for batch in ("ABC", "DEF"):
-        cut = len(up.requests)
-        await service.answer(
-            Asked(_about(STATE, shape), _questions(batch), debias_method="contextual")
+async def test_a_contextual_fan_out_answers_as_questions_read_one_after_another(shape):
+    """Fanned out over the slots on the segment scheme, each question is still divided by
+    its own content-free answer, read once: the same probabilities, reads and tokens in as
+    with the questions read one after another."""
+    answers = []
+    for fanout in (1, 0):
+        up = _ByPrompt([{}] * 40)
+        service = DecisionService(up, n_probs=8, question_fanout=fanout)
+        asked = Asked(_about(STATE, shape), _questions("ABC"), debias_method="contextual")
+        answered = await service.answer(asked)
+        answers.append(
+            {
+                qid: (o.decision.probabilities, o.reads, o.tokens_in, o.debias)
+                for qid, o in answered.items()
+            }
         )
-        evaluated = [r[4] for r in up.requests[cut:]]
-        assert admitted[-1].tokens == sum(evaluated)
-        # the state read in both slots the first time, in one the second; and the
-        # content-free turn (system: it holds the state) once each time
-        again = (2 if batch == "ABC" else 1) + (shape == "system")
-        assert sum(e >= len(STATE) for e in evaluated) == again
-    # in its slot, each content-free read after the first evaluates its question only
-    assert len(up.widths) == 12
+        assert len(up.widths) == 6  # each question's read and its content-free one
+    one_by_one, fanned_out = answers
+    assert fanned_out == one_by_one
+    assert {reads for _, reads, _, _ in fanned_out.values()} == {2}
+    assert len({p for p, *_ in fanned_out.values()}) == 3  # the questions differ
 
 
 @pytest.mark.parametrize("method", ["cyclic", "contextual"])
@@ -719,8 +734,6 @@ def _about(state: str, shape: str) -> list[dict]:
         ("contextual", 1, 63, "user"),
         ("contextual", 1, 0, "system"),
         ("contextual", 1, 63, "system"),
-        ("contextual", 0, 0, "user"),
-        ("contextual", 0, 0, "system"),
     ],
 )
 async def test_debiasing_reads_are_estimated_as_they_evaluate(method, fanout, ubatch, shape):
@@ -744,5 +757,5 @@ async def test_debiasing_reads_are_estimated_as_they_evaluate(method, fanout, ub
     # first read in each slot does (two at once with the fan-out, in slots of their own;
     # on the segment scheme the content-free turn after a shared state has a segment of
     # its own, read in another slot; on the prefix scheme it stays in the decision's)
-    aside = shape == "system" and not ubatch
-    assert sum(e >= len(STATE) for e in evaluated) == 1 + (fanout == 0) + aside
+    aside = fanout == 0 or (shape == "system" and not ubatch)
+    assert sum(e >= len(STATE) for e in evaluated) == (2 if aside else 1)
