@@ -151,13 +151,11 @@ def _holds(held: Held, segment: tuple[int, ...]) -> bool:
     return held.s_len == len(segment) and held.tokens[: len(segment)] == segment
 
 
-def _same(segment: tuple[int, ...], tokens: tuple[int, ...], s_len: int) -> int:
-    """The segment scheme's share of what a slot holds (``tokens``, evaluated with a
-    segment of ``s_len``) for a read of ``segment``: all of it when the slot holds that
-    same segment, else nothing (rows of segments of other lengths went through other
-    kernels)."""
-    n = len(segment)
-    return n if s_len == n and tokens[:n] == segment else 0
+def _same(segment: tuple[int, ...], held: Held) -> int:
+    """The segment scheme's share of what a slot holds (``held``) for a read of
+    ``segment``: all of it when the slot holds that same segment, else nothing (rows of
+    segments of other lengths went through other kernels)."""
+    return len(segment) if _holds(held, segment) else 0
 
 
 def plan(holds: Held | None, s_len: int, prompt: tuple[int, ...]) -> list[Step]:
@@ -416,7 +414,7 @@ class SlotBook:
 
         def keeps(held: Held) -> int:  # of what a free slot holds
             if segment_scheme:
-                return _same(prompt, held.tokens, held.s_len)
+                return _same(prompt, held)
             return common_prefix(held.tokens, prompt)
 
         if self._free:  # what a free slot would spare
@@ -486,7 +484,7 @@ class SlotBook:
         segments on this scheme.)"""
         segment = prompt[:s_len]
         best = max(
-            (h for h in self.holds.values() if h is not None and _same(segment, h.tokens, h.s_len)),
+            (h for h in self.holds.values() if h is not None and _same(segment, h)),
             default=None,
             key=lambda h: common_prefix(h.tokens, prompt),
         )
@@ -501,9 +499,7 @@ class SlotBook:
 
     def holding(self, segment: tuple[int, ...]) -> int:
         """How many slots hold ``segment`` as their segment (the segment scheme)."""
-        return sum(
-            1 for h in self.holds.values() if h is not None and _same(segment, h.tokens, h.s_len)
-        )
+        return sum(1 for h in self.holds.values() if h is not None and _same(segment, h))
 
     def _behind(self, segment: tuple[int, ...], awaited: int | None) -> int | None:
         """A busy slot a short lease may queue behind (``depth``): ``awaited`` when it
