@@ -33,6 +33,11 @@ plus one one-token read.
 instead of make run's 63: what a user who wants no repeatability gets, so the price of
 ``-ub 63`` (docs/repeatability.md) shows beside the budgets. Reported, not budgeted.
 
+``--segment``: every llama-server at its default physical batch (``-ub 512``) and the
+proxy told nothing of it, so it reads by the segment scheme (docs/repeatability.md): the
+budgets on servers started alike, as a deployment would run the proxy beside a stock
+llama-server.
+
 Each target has a llama-server of its own, started as `make run` starts it. On one shared
 server, requests not pinned to a slot (every target's but the proxy's) went to the slot
 llama-server picks (the most similar prompt, else the one used longest ago), at times
@@ -70,6 +75,7 @@ from overhead import PATH, pct, rotated, send_all
 from proxy.decision.labels import gbnf_alternatives
 from proxy.decision.prompt import ANSWER_INSTRUCTION, lay_out, options_block
 from proxy.decision.question import choice_question
+from scripts.stack import UBATCH
 
 _SETS = [
     json.loads(line)["state"]
@@ -279,19 +285,28 @@ def main() -> None:
         help="also the chat endpoint (by hand with --routing) on a llama-server at -ub 512",
     )
     parser.add_argument(
+        "--segment",
+        action="store_true",
+        help="every llama-server at -ub 512, the proxy told nothing: the segment scheme",
+    )
+    parser.add_argument(
         "--tickets", type=int, default=0, help="the first N tickets per round (default: all)"
     )
     args = parser.parse_args()
+    if args.segment and args.stock:
+        parser.error("--stock adds a target at -ub 512, which --segment gives every target")
     numbers = itertools.count(1000)
     with contextlib.ExitStack() as stack:
 
         def own_server(extra: list[str] | None = None) -> str:
             """A llama-server for one target alone, started as `make run` starts it
-            (``extra`` appended to its flags: a later flag wins)."""
-            return stack.enter_context(llama_server_process(extra=extra))[0]
+            (``extra`` appended to its flags: a later flag wins; ``--segment``: at -ub 512)."""
+            flags = (STOCK if args.segment else []) + (extra or [])
+            return stack.enter_context(llama_server_process(extra=flags))[0]
 
         llama_url = own_server()
-        proxy_url = stack.enter_context(proxy_process(llama_url))[0]
+        ubatch = None if args.segment else UBATCH
+        proxy_url = stack.enter_context(proxy_process(llama_url, ubatch=ubatch))[0]
         if args.routing:
             tickets, ask = LONG_TICKETS, proxy_body(ROUTER, "options_first", INSTRUCTIONS)
             # the conventional layout: the instructions and options after the ticket
@@ -328,6 +343,7 @@ def main() -> None:
     print(
         f"{args.rounds} rounds x {len(tickets)} new conversations per target"
         + (" (the routing workload)" if args.routing else "")
+        + ("; every llama-server at -ub 512, the segment scheme" if args.segment else "")
     )
     report(results, _routing_budgets if args.routing else _fresh_budgets)
 

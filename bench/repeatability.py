@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/repeatability.py [--passes 3]          # the product
     .venv/bin/python bench/repeatability.py --under-load [--proxy-args '...']
-    .venv/bin/python bench/repeatability.py --mechanism [--llama-args '-fa off']
+    .venv/bin/python bench/repeatability.py --mechanism [--llama-args '-ub 512 -fa off']
     .venv/bin/python bench/repeatability.py --cuts [--llama-args '-ub 512']
 
 Default: a fresh llama-server and proxy (as `make run` starts them), every System One
@@ -18,7 +18,9 @@ completions too, throughout).
 one prompt read cold (``cache_prompt: false``), warm (the whole prompt cached: only its
 last token evaluated again) and after a cached prefix with suffixes of several lengths
 evaluated as one chunk, at several prompt lengths; the largest |dp| over the top 10
-tokens against the cold read. docs/repeatability.md explains the kernels behind it.
+tokens against the cold read. llama-server starts as ``make run`` starts it (``-ub 63``),
+``--llama-args`` appended: ``-ub 512`` shows llama-server's default.
+docs/repeatability.md explains the kernels behind it.
 
 ``--cuts``: what the prefix scheme (proxy/kv.py) rests on. For prompts of 95 to 1,500
 tokens, the next token read after all but the last token evaluated from position 0,
@@ -152,10 +154,8 @@ def dp(a: dict[int, float], b: dict[int, float]) -> float:
 
 def mechanism(llama_args: list[str]) -> None:
     suffixes = (1, 2, 7, 63, 64)
-    print(
-        f"llama-server flags: {' '.join(llama_args) or '(defaults)'}; largest |dp| against "
-        "the cold read (top 10 tokens)"
-    )
+    flags = "as make run" + (", then " + " ".join(llama_args) if llama_args else "")
+    print(f"llama-server flags: {flags}; largest |dp| against the cold read (top 10 tokens)")
     print(
         f"  {'tokens':>7}{'cold again':>12}{'warm':>10}"
         + "".join(f"{f'+{k} chunk':>12}" for k in suffixes)
