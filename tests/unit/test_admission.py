@@ -478,6 +478,9 @@ async def test_places_come_back_exactly_once_whatever_is_cancelled_when(seed):
             task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     assert (admission.active, admission.queued) == (0, 0)
+    # what the storm measured per decision is not under test: on a loaded machine a 1 ms
+    # sleep can be measured at over the deadline's 80%, and the holders refused (429)
+    admission.decision_s = None
     release, started = asyncio.Event(), []
     holders = [asyncio.create_task(_hold(admission, release, started)) for _ in range(4)]
     await asyncio.sleep(0.01)
