@@ -26,6 +26,10 @@ from scripts.stack import (  # noqa: E402
     wait_ready,
 )
 
+# llama-server's default physical batch, given after make run's -ub 63 (a later flag wins):
+# the segment scheme's server (bench/fresh.py, bench/shared_state.py --segment)
+STOCK = ["-ub", "512"]
+
 # llama-server flags for a benchmark whose own clients (direct reads, the chat endpoint, a
 # bare relay) talk to llama-server beside the proxy, up to 8 connections each at
 # concurrency 8. `make run`'s HTTP threads are sized for the proxy alone; past them a new

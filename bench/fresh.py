@@ -69,7 +69,7 @@ import aiohttp
 import httpx
 import orjson
 from _machine import describe
-from _servers import ROOT, llama_server_process, proxy_process
+from _servers import ROOT, STOCK, llama_server_process, proxy_process
 from overhead import PATH, pct, rotated, send_all
 
 from proxy.decision.labels import gbnf_alternatives
@@ -82,7 +82,6 @@ _SETS = [
     for line in (ROOT / "tests" / "data" / "tickets.jsonl").read_text().splitlines()
 ]
 TICKETS = _SETS
-STOCK = ["-ub", "512"]  # llama-server's default physical batch, after make run's 63
 LONG_TICKETS = [" ".join(_SETS[i : i + 4]) for i in range(0, len(_SETS) - 3, 2)]
 OPTIONS = {
     "billing": "charges, refunds, invoices",

@@ -23,7 +23,7 @@ import statistics
 import time
 
 import aiohttp
-from _servers import llama_server, proxy
+from _servers import STOCK, llama_server, proxy
 from overhead import rotated
 
 from scripts.stack import LLAMA_FLAGS, UBATCH
@@ -169,7 +169,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     PARAGRAPHS_IN_STATE[0] = args.paragraphs
-    llama_args, ubatch = (["-ub", "512"], None) if args.segment else ([], UBATCH)
+    llama_args, ubatch = (STOCK, None) if args.segment else ([], UBATCH)
     with (
         llama_server(extra=llama_args) as llama_url,
         proxy(llama_url, ubatch=ubatch) as proxy_url,
