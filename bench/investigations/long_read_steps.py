@@ -172,9 +172,8 @@ async def measure(url: str, tickets: int, rounds: int, levels: list[int]) -> Non
                         f" ({min(ratios):.3f}-{max(ratios):.3f})"
                         f"  throughput/one {statistics.median(thrs):.3f}"
                         f" ({min(thrs):.3f}-{max(thrs):.3f})"
+                        f"  out of order {reads.reordered.get(client, 0)}"
                     )
-                if client != "one":
-                    line += f"  out of order {reads.reordered.get(client, 0)}"
                 print(line, f"n={len(took[client])}")
 
 
