@@ -10,7 +10,7 @@ decision waits in the proxy for a slot. The call by hand is one request, which w
 llama-server's queue. Each ticket router prompt of bench/fresh.py (the call by hand's
 text, numbered afresh for every target and round, so every read is of a new
 conversation) is read straight from one llama-server started as make run starts it,
-through ``/completion`` with its tokens, by four clients in rotating order:
+through ``/completion`` with its tokens, by five clients in rotating order:
 
 - ``one``: the whole prompt in one request, not pinned (llama-server picks the slot and
   queues what it cannot start), as the call by hand;
@@ -20,7 +20,13 @@ through ``/completion`` with its tokens, by four clients in rotating order:
   a round trip between the two;
 - ``queued``: as ``two``, but the next read of a slot sends its first request once the
   read before has sent its last (1 ms later), to wait in llama-server's queue rather
-  than here.
+  than here;
+- ``ordered``: as ``piped``, but the first request is streamed (``stream: true``) and the
+  last token's request sent once its headers arrive, which llama-server sends when the
+  slot starts the task: the second then waits in llama-server's queue for that slot,
+  which takes it before any other when the slot frees (``pop_deferred_task``). The
+  first's answer is read to its end unparsed (a proxy would have to parse its events
+  to check its timings).
 
 Prints per concurrency each client's p50 and throughput over all rounds, its p50 and
 throughput against ``one``'s (the median of the rounds' own ratios, with their lowest
@@ -49,12 +55,13 @@ from _machine import describe  # noqa: E402
 from _servers import llama_server  # noqa: E402
 
 LABELS = ["A", "B", "C", "D", "E", "F"]
-CLIENTS = ("one", "two", "piped", "queued")
+CLIENTS = ("one", "two", "piped", "queued", "ordered")
 
 
-def body(prompt: list[int], slot: int | None, read: bool) -> bytes:
+def body(prompt: list[int], slot: int | None, read: bool, stream: bool = False) -> bytes:
     out = {"prompt": prompt, "cache_prompt": True, "n_predict": 1 if read else 0}
     out |= {"temperature": 0} | ({"n_probs": 24} if read else {})
+    out |= {"stream": True} if stream else {}
     return orjson.dumps(out | ({} if slot is None else {"id_slot": slot}))
 
 
@@ -127,7 +134,30 @@ class Reads:
             finally:
                 free.put_nowait(slot)
 
-        read = {"one": one, "two": leased, "piped": piped, "queued": leased}[client]
+        async def ordered(prompt: list[int]) -> None:
+            slot = await free.get()
+            try:
+                first = body(prompt[:-1], slot, False, stream=True)
+                # not kept for reuse: at concurrency 8 the next request on a streamed answer's
+                # connection failed ("Can not write request body")
+                close = {"Connection": "close"}
+                async with self.session.post(
+                    self.url + "/completion", data=first, headers=close
+                ) as r:
+                    r.raise_for_status()  # the headers: the slot has started the task
+                    last = asyncio.ensure_future(self.post(body(prompt, slot, True)))
+                    await r.read()
+                self._last(client, await last)
+            finally:
+                free.put_nowait(slot)
+
+        read = {
+            "one": one,
+            "two": leased,
+            "piped": piped,
+            "queued": leased,
+            "ordered": ordered,
+        }[client]
 
         async def timed(prompt: list[int]) -> None:
             async with gate:
@@ -153,7 +183,7 @@ async def measure(url: str, tickets: int, rounds: int, levels: list[int]) -> Non
             walls = {c: 0.0 for c in CLIENTS}
             reads.reordered = {}
             for r in range(rounds):
-                for client in CLIENTS[r % 4 :] + CLIENTS[: r % 4]:
+                for client in CLIENTS[r % len(CLIENTS) :] + CLIENTS[: r % len(CLIENTS)]:
                     prompts = await reads.prompts(numbers, tickets)
                     latencies, wall = await reads.run(client, prompts, concurrency)
                     took[client] += latencies
