@@ -105,23 +105,23 @@ class Reads:
         async def one(prompt: list[int]) -> None:
             await self.post(body(prompt, None, True))
 
-        async def leased(prompt: list[int]) -> None:
+        async def two(prompt: list[int]) -> None:
             slot = await free.get()
-            released = False
             try:
                 await self.post(body(prompt[:-1], slot, False))
-                if client == "two":
-                    self._last(client, await self.post(body(prompt, slot, True)))
-                    return
+                self._last(client, await self.post(body(prompt, slot, True)))
+            finally:
+                free.put_nowait(slot)
+
+        async def queued(prompt: list[int]) -> None:
+            slot = await free.get()
+            try:
+                await self.post(body(prompt[:-1], slot, False))
                 last = asyncio.ensure_future(self.post(body(prompt, slot, True)))
                 await asyncio.sleep(0.001)  # sent: let it reach llama-server first
-                if client == "queued":
-                    free.put_nowait(slot)
-                    released = True
-                self._last(client, await last)
             finally:
-                if not released:
-                    free.put_nowait(slot)
+                free.put_nowait(slot)  # the slot's next read may be sent now
+            self._last(client, await last)
 
         async def piped(prompt: list[int]) -> None:
             slot = await free.get()
@@ -153,9 +153,9 @@ class Reads:
 
         read = {
             "one": one,
-            "two": leased,
+            "two": two,
             "piped": piped,
-            "queued": leased,
+            "queued": queued,
             "ordered": ordered,
         }[client]
 
