@@ -11,6 +11,7 @@ from aiohttp import web
 from .admission import Admission
 from .app_keys import ADMISSION, METRICS, MODELS, PROFILES, RECORDER, SETTINGS, UPSTREAM
 from .config import Settings
+from .errors import UpstreamError
 from .metrics import Metrics
 from .middleware import MIDDLEWARES
 from .profile_store import ProfileStore
@@ -27,6 +28,7 @@ from .routes.systemone import system_one
 from .served import ServedModels
 from .service import DecisionService
 from .upstream import Upstream
+from .verdicts import Verdicts, this_cpu
 
 __all__ = ["create_app"]
 
@@ -77,6 +79,21 @@ def create_app(
     return app
 
 
+async def _settle(served: ServedModels, upstream: Upstream) -> None:
+    """Once llama-server answers, count its slots and run (or recall) the self-check, so
+    that it is done before the readiness probes say ready and no decision waits for it."""
+    while True:
+        try:
+            if await upstream.health() and await served.settled():
+                return
+        except UpstreamError:
+            pass  # loading, or gone again: asked again below
+        await asyncio.sleep(_SETTLE_POLL_S)
+
+
+_SETTLE_POLL_S = 0.5
+
+
 def _records_ctx(
     to: Callable[[bytes], None] | None, key: bytes | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -96,6 +113,8 @@ def _upstream_ctx(
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         upstream = given or Upstream(app[SETTINGS])
+        kept = app[SETTINGS].check_verdicts
+        verdicts = Verdicts(Path(kept).expanduser() if kept else None, cpu=this_cpu())
         app[UPSTREAM] = upstream
         settings = app[SETTINGS]
         admission = Admission(
@@ -119,12 +138,15 @@ def _upstream_ctx(
                 ubatch=settings.upstream_ubatch,
                 self_check=True,
                 check_lock=check_lock,
+                verdicts=verdicts,
                 profiles=app[PROFILES],
             ),
             default_model=settings.default_model,
             aliases=settings.model_aliases,
         )
+        settling = asyncio.get_running_loop().create_task(_settle(app[MODELS], upstream))
         yield
+        settling.cancel()
         if given is None:
             await upstream.close()
 

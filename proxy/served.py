@@ -91,6 +91,13 @@ class ServedModels:
             service = self._services[model_id] = self._make(self._upstream.for_model(model_id))
         return service
 
+    async def settled(self) -> bool:
+        """Whether the one model's self-check has settled (``DecisionService.settled``),
+        starting it when due. A router's models are checked when each first decides."""
+        if await self.router():
+            return True
+        return await self._single.settled()
+
     def checks(self) -> dict[str, dict[str, object]]:
         """Each model's repeatability self-check (decision/selfcheck.py) by model id: the
         one model's, or a router's models that have answered a decision."""

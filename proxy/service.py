@@ -47,6 +47,7 @@ from .decision.prompt import (
 )
 from .decision.question import Question, choice_question
 from .decision.readout import decide
+from .deadlines import Deadline
 from .decision.selfcheck import CHECK_OPTIONS, CHECK_TEXT, OTHER_TEXT, Check, compare
 from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse
@@ -56,6 +57,7 @@ from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
 from .prompt_cache import Prompt, PromptCache
 from .reader import Reader, short
 from .upstream import ModelInfo, NextToken, Upstream
+from .verdicts import Verdicts, file_stamp, verdict_key
 
 __all__ = ["Answered", "Asked", "DecisionService", "Outcome", "read_widths"]
 
@@ -93,7 +95,8 @@ class Asked:
     conversation with its last user turn "N/A"). ``calibration``: the profile named
     (None: the configured default when ``default_profile``, else none).
     ``profile_debias``: whether a profile's own debiasing applies when the request
-    asks for none. The ``*_param`` fields name where a refusal points."""
+    asks for none. The ``*_param`` fields name where a refusal points. ``deadline``: the
+    request's own (proxy/deadlines.py; None: the server's)."""
 
     messages: Sequence[Mapping[str, Any]]
     questions: Mapping[str, Question]
@@ -108,6 +111,7 @@ class Asked:
     profile_debias: bool = True
     debias_param: str = "x_debias"
     label_mass_floor: float | None = None
+    deadline: Deadline | None = None
 
     @classmethod
     def about_state(
@@ -161,6 +165,7 @@ class DecisionService:
         ubatch: int = 0,
         self_check: bool = False,
         check_lock: Path | None = None,
+        verdicts: Verdicts | None = None,
         profiles: ProfileStore | None = None,
     ):
         self._upstream = upstream
@@ -188,6 +193,7 @@ class DecisionService:
         self._self_check = self_check  # run check() when the slots are first counted
         # with --workers, a file whose lock the workers' self-checks take in turn
         self._check_lock = check_lock
+        self._verdicts = verdicts or Verdicts(None)  # kept across llama-server's restarts
         # (question, template, layout) JSON -> the content-free answer: see _free_answer
         self._content_free: BoundedCache[bytes, tuple[float, ...]] = BoundedCache(_MAX_CONTENT_FREE)
         # option count -> reads its last decision took
@@ -221,6 +227,7 @@ class DecisionService:
             asked.layout,
             {qid: plan.shifts for qid, plan in plans.items() if plan.shifts},
             frozenset(qid for qid, plan in plans.items() if plan.method == "contextual"),
+            asked.deadline,
         )
         answered = Answered(profile=profile)
         for qid, outcome in outcomes.items():
@@ -298,8 +305,10 @@ class DecisionService:
         layout: str,
         debias: Mapping[str, Sequence[int]],
         contextual: frozenset[str],
+        deadline: Deadline | None = None,
     ) -> dict[str, Outcome]:
-        """Every question about one conversation, each in its own prompt, once admitted.
+        """Every question about one conversation, each in its own prompt, once admitted
+        under ``deadline`` (None: the server's).
 
         The first question is read alone: it computes the conversation's KV in one slot.
         The rest follow ``question_fanout`` at a time (0: one per slot this process
@@ -312,7 +321,7 @@ class DecisionService:
         against the same question about ``free``."""
         if self._metrics:
             after_reply(self._metrics.questions.observe, len(questions))
-        self._admission.crowded()  # before planning asks llama-server anything
+        self._admission.crowded(deadline)  # before planning asks llama-server anything
         book = await self._reader.book()
         # a fan-out on the segment scheme: the questions after the first read at once, each
         # in a slot of its own (on the prefix scheme they wait for the slot reading it)
@@ -325,7 +334,7 @@ class DecisionService:
         )
         # until it has finished, its prompt is one the slots will hold (book.base)
         with book.coming(first_prompt) if first_prompt else contextlib.nullcontext():
-            async with self._admission.admit(work):
+            async with self._admission.admit(work, deadline):
                 items = list(questions.items())
 
                 def one(
@@ -738,7 +747,15 @@ class DecisionService:
             self._check = Check(self.scheme, None)
             self._checking = asyncio.get_running_loop().create_task(self._check_in_turn())
 
+    async def settled(self) -> bool:
+        """Whether the self-check has settled (a verdict, kept or new, or "not checked"),
+        starting it if llama-server's slots were never counted or it came back since: the
+        readiness probes answer "checking" until then, so no decision waits for it."""
+        await self._reader.book()  # the first count, or a restart seen, starts the check
+        return self._checking is None or self._checking.done()
+
     async def _check_in_turn(self) -> None:
+        started = time.monotonic()
         try:
             async with _one_process_at_a_time(self._check_lock):
                 await self._settle_check()
@@ -746,6 +763,13 @@ class DecisionService:
             log.warning("the repeatability self-check could not run: %s", exc)
             self._check = Check(self.scheme, None, f"not checked: {exc}")
             return
+        log.info(
+            "repeatability self-check on %s: %s in %.1fs (%s)",
+            self.scheme,
+            "repeatable" if self._check.repeatable else "not repeatable",
+            time.monotonic() - started,
+            self._check.detail,
+        )
         if self._check.repeatable is False:
             log.warning(
                 "repeatable reads failed the self-check (%s): answers say repeatable: false",
@@ -772,13 +796,18 @@ class DecisionService:
         self._check = check
 
     async def _check_again_if_it_fails(self) -> Check:
-        """``check``, made again after a pause while it fails, ``CHECK_ATTEMPTS`` times at
+        """A kept verdict for this server as it is now (proxy/verdicts.py), else ``check``,
+        made again after a pause while it fails, ``CHECK_ATTEMPTS`` times at
         most. Reads of other slots evaluated in the same llama-server batches change the
         kernels a read goes through (llama.cpp gives each sequence of a batch as many
         tokens as the one with fewest: a one-token read or a generation's token beside a
         prompt makes that prompt's rows one-token rows too): another worker's decisions
         or a relayed generation can make one check fail, where a build whose kernels
         differ fails every time."""
+        key = await self._verdict_key()
+        kept = self._verdicts.get(key)
+        if kept is not None:
+            return kept
         check = await self.check()
         for attempt in range(1, CHECK_ATTEMPTS):
             if check.repeatable is not False:
@@ -791,7 +820,21 @@ class DecisionService:
             )
             await asyncio.sleep(random.uniform(*CHECK_PAUSE_S))
             check = await self.check()
+        self._verdicts.put(key, check)
         return check
+
+    async def _verdict_key(self) -> str:
+        """What decides this server's verdict (proxy/verdicts.py), asked anew each time:
+        llama-server may have come back as another build or with another model."""
+        identity = await self._upstream.identity()
+        book = await self._reader.book()
+        return verdict_key(
+            identity,
+            model_file=file_stamp(str(identity.get("path") or "")),
+            cpu=self._verdicts.cpu,
+            scheme=self.scheme,
+            slots=book.size,
+        )
 
     async def check(self) -> Check:
         """Read the known prompt four ways (decision/selfcheck.py) with every slot of

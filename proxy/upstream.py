@@ -427,6 +427,39 @@ class Upstream:
                 info = replace(info, n_ctx=n_ctx)
         return info
 
+    async def identity(self) -> dict[str, Any]:
+        """What llama-server says of itself that can change its kernels' results: its
+        build, the model (its path, ``/v1/models`` ``meta``: parameters, size, vocabulary,
+        embedding width), its context and slots, and the chat template (which shapes every
+        prompt). The key of a kept self-check verdict (proxy/verdicts.py)."""
+        listed = await self._request_json("GET", "/v1/models", None)
+        entries = listed.get("data") if isinstance(listed, dict) else None
+        entry = next(
+            (
+                e
+                for e in entries or ()
+                if isinstance(e, dict)
+                and (self.model is None or self.model in (e.get("id"), *(e.get("aliases") or ())))
+            ),
+            {},
+        )
+        try:
+            props = await self._request_json("GET", "/props", None)
+        except UpstreamError:  # a server without /props: its model list alone
+            props = {}
+        if not isinstance(props, dict):
+            props = {}
+        settings = props.get("default_generation_settings")
+        return {
+            "model": entry.get("id"),
+            "meta": entry.get("meta"),
+            "build": props.get("build_info"),
+            "path": props.get("model_path"),
+            "slots": props.get("total_slots"),
+            "n_ctx": settings.get("n_ctx") if isinstance(settings, dict) else None,
+            "template": props.get("chat_template"),
+        }
+
     async def models_list(self) -> ModelList:
         """llama-server's ``/v1/models`` answer: every model it lists (a router's too)."""
         return parse_models(await self._request_json("GET", "/v1/models", None))

@@ -60,7 +60,9 @@ class ModelList(Open):
 
 
 class Health(Open):
-    status: Literal["ok", "upstream unavailable"]
+    status: Literal["ok", "upstream unavailable", "checking"] = Field(
+        description="checking: the repeatability self-check runs before the proxy is ready"
+    )
 
 
 class Alive(Open):

@@ -7,7 +7,7 @@ import datetime as dt
 from aiohttp import web
 
 from ..app_keys import METRICS, MODELS, PEERS, UPSTREAM
-from ..errors import NotFound
+from ..errors import NotFound, UpstreamError
 from ..metrics import CONTENT_TYPE, merged
 from ..peers import peer_metrics
 from ..served import UnknownModel
@@ -23,17 +23,30 @@ async def livez(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    """200 when llama-server is ready to answer, 503 otherwise (the proxy itself is up)."""
-    ready = await request.app[UPSTREAM].health()
-    return json_response(
-        {"status": "ok" if ready else "upstream unavailable"}, 200 if ready else 503
-    )
+    """200 when llama-server is ready to answer and the proxy's repeatability self-check
+    has settled; 503 otherwise (the proxy itself is up: ``/livez``)."""
+    state = await _readiness(request.app)
+    status = {"ok": "ok", "loading": "upstream unavailable", "checking": "checking"}[state]
+    return json_response({"status": status}, 200 if state == "ok" else 503)
 
 
 async def ping(request: web.Request) -> web.Response:
-    """SageMaker's health check: 200 only when llama-server can answer (within 1.5 s)."""
-    ready = await request.app[UPSTREAM].health()
-    return web.Response(status=200 if ready else 503, text="ok" if ready else "loading")
+    """SageMaker's health check: 200 only when llama-server can answer (within 1.5 s) and
+    the self-check has settled (a first start's check: docs/operations.md)."""
+    state = await _readiness(request.app)
+    return web.Response(status=200 if state == "ok" else 503, text=state)
+
+
+async def _readiness(app: web.Application) -> str:
+    """ok, loading (llama-server does not answer) or checking (the self-check runs: every
+    slot is leased to it, so a decision sent now would wait for it)."""
+    if not await app[UPSTREAM].health():
+        return "loading"
+    try:
+        settled = await app[MODELS].settled()
+    except UpstreamError:
+        return "loading"
+    return "ok" if settled else "checking"
 
 
 async def metrics(request: web.Request) -> web.Response:
