@@ -18,7 +18,9 @@ request that says nothing (its model not yet measured) is judged as before: the
 queue ahead of it and the measured time per decision (``estimated_finish_s``).
 Each admitted decision runs under the deadline; when it passes, the work is
 cancelled (which closes its llama-server connections, so llama-server stops too)
-and the request gets ``UpstreamTimeout`` (504).
+and the request gets ``UpstreamTimeout`` (504). The deadline is each request's own
+(``Deadline``, proxy/deadlines.py: the server's unless the request asked for another),
+and so are the refusal at once and the timeout judged by it.
 
 The places are an ``asyncio.Semaphore``'s and the deadline is ``asyncio.timeout``'s
 (bench/investigations/primitives.py times them against the hand-written versions
@@ -35,6 +37,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from .deadlines import Deadline
 from .errors import InvalidRequest, Overloaded, UpstreamTimeout
 
 __all__ = [
@@ -200,7 +203,8 @@ class Admission:
     """At most ``max_active`` admitted decisions run at once, each holding one of the
     admission's places (``asyncio.Semaphore``: its waiters are served first come, first
     served, a released place goes to the first of them, and one cancelled as it was
-    handed a place passes it on); at most ``max_queued`` more wait for one."""
+    handed a place passes it on); at most ``max_queued`` more wait for one. ``deadline_s``:
+    the deadline of a request that brings none of its own."""
 
     def __init__(self, *, max_active: int, max_queued: int, deadline_s: float, retry_after_s: int):
         if max_active < 1 or max_queued < 0:
@@ -212,15 +216,15 @@ class Admission:
         self._queued = 0
         self._max_active = max_active
         self._max_queued = max_queued
-        self._deadline_s = deadline_s
+        self._deadline = Deadline(deadline_s, deadline_s)
         self._retry_after_s = retry_after_s
         self.parallel = max_active  # decisions served at once: at most llama-server's slots
         self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
         # requests that said what they take, admitted decisions and relayed requests
         # apart: ticket -> (what it takes, admitted at, the prompt tokens evaluated for it
-        # so far, in a list its reads add to: ``tokens_evaluated``)
-        self._work: dict[object, tuple[Work, float, list[int]]] = {}
+        # so far, in a list its reads add to: ``tokens_evaluated``; its deadline's seconds)
+        self._work: dict[object, tuple[Work, float, list[int], float]] = {}
         self._relayed: dict[object, tuple[float, float, float, float | None]] = {}
 
     def ahead(self, now: float | None = None, *, paced: bool = False) -> list[float]:
@@ -246,7 +250,7 @@ class Admission:
         # the prompts in its slots in the same batches, so a decision's own estimate of
         # when it finishes says little about how far it is (a long prompt estimated at
         # 13 s finished with the short ones beside it, 40 s later)
-        decisions = [_undone(work, done[0]) for work, _since, done in self._work.values()]
+        decisions = [_undone(work, done[0]) for work, _since, done, _d in self._work.values()]
         unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
             decisions += [self.decision_s] * unknown
@@ -280,54 +284,68 @@ class Admission:
     def active(self) -> int:
         return self._active
 
-    def budget_s(self, now: float | None = None) -> float:
-        """The latest finish, in seconds from now, at which a decision is admitted beside
-        the work admitted already: ``_HEADROOM`` of its deadline (a margin for the
-        estimate's error), and no later than any decision admitted before it may finish
-        by the same rule. A decision admitted later lengthens the ones in llama-server's
-        slots before it (their prompts are evaluated in the same batches, and a decision's
-        last read joins whatever batch comes next), and all of them are done when all the
-        admitted work is, which is when this one is estimated to finish: so no admission
+    def budget_s(self, now: float | None = None, deadline_s: float | None = None) -> float:
+        """The latest finish, in seconds from now, at which a decision with a deadline of
+        ``deadline_s`` (None: the server's) is admitted beside the work admitted already:
+        ``_HEADROOM`` of its deadline (a margin for the estimate's error), and no later than
+        any decision admitted before it may finish by the same rule (by its own deadline).
+        A decision admitted later lengthens the ones in llama-server's slots before it
+        (their prompts are evaluated in the same batches, and a decision's last read joins
+        whatever batch comes next), and all of them are done when all the admitted work
+        is, which is when this one is estimated to finish: so no admission
         pushes an earlier one past its deadline (a burst of decisions alone had 7 of 13
-        admitted ones end in 504 without this). Never less than half the deadline: a
-        decision estimated to finish within that is admitted (the issue's rule: no
-        refusal under half the deadline), since the earlier ones are mostly done first."""
+        admitted ones end in 504 without this). Never less than half the shortest deadline
+        among it and those admitted: a decision estimated to finish within that is admitted
+        (the issue's rule: no refusal under half the deadline), since the earlier ones are
+        mostly done first; a long deadline beside short ones does not widen that floor, or
+        it would push them past theirs."""
         now = time.monotonic() if now is None else now
-        budget = self._deadline_s * _HEADROOM
-        for _work, since, _done in self._work.values():
-            budget = min(budget, self._deadline_s * _HEADROOM - (now - since))
-        return max(budget, self._deadline_s / 2)
+        deadline_s = self._deadline.seconds if deadline_s is None else deadline_s
+        budget, shortest = deadline_s * _HEADROOM, deadline_s
+        for _work, since, _done, theirs in self._work.values():
+            budget = min(budget, theirs * _HEADROOM - (now - since))
+            shortest = min(shortest, theirs)
+        return max(budget, shortest / 2)
 
-    def _too_late(self, finish: float, budget: float, what: str) -> Overloaded:
-        """The 429 for a request estimated to finish in ``finish`` s against ``budget``."""
-        if finish <= self._deadline_s * _HEADROOM:
+    def _too_late(self, finish: float, budget: float, what: str, deadline_s: float) -> Overloaded:
+        """The 429 for a request estimated to finish in ``finish`` s against ``budget``,
+        under a deadline of ``deadline_s``."""
+        if finish <= deadline_s * _HEADROOM:
             limit = f"the {budget:.0f} s it may take beside the decisions admitted before it"
         else:
             limit = (
-                f"the {self._deadline_s * _HEADROOM:.0f} s admitted within its "
-                f"{self._deadline_s:g} s deadline (a margin for the estimate's error)"
+                f"the {deadline_s * _HEADROOM:.0f} s admitted within its "
+                f"{deadline_s:g} s deadline (a margin for the estimate's error)"
             )
         return Overloaded(
             f"{what}, it would finish in about {finish:.0f} s, past {limit}; retry later",
             retry_after_s=max(1, math.ceil(finish - budget)),
         )
 
-    def crowded(self) -> None:
+    def crowded(self, deadline: Deadline | None = None) -> None:
         """Refuse at once (429), before a request is even planned, when the work admitted
-        already keeps any request arriving now past its budget (``budget_s``). Planning a
-        decision asks llama-server to render and tokenise its prompt: a burst must not
-        pile that onto a server it already fills (256 requests at once waited 55 s for
-        their refusals)."""
+        already keeps any request arriving now past its budget (``budget_s``, by its
+        ``deadline``; None: the server's). Planning a decision asks llama-server to render
+        and tokenise its prompt: a burst must not pile that onto a server it already fills
+        (256 requests at once waited 55 s for their refusals)."""
         if not self._work and not self._relayed:
             return
+        seconds = (deadline or self._deadline).seconds
         finish = self._decision_finish_s(0.0)
-        budget = self.budget_s()
+        budget = self.budget_s(deadline_s=seconds)
         if finish > budget:
-            raise self._too_late(finish, budget, "with the work admitted ahead of this request")
+            raise self._too_late(
+                finish, budget, "with the work admitted ahead of this request", seconds
+            )
 
-    def admit(self, work: Work | None = None) -> contextlib.AbstractAsyncContextManager[None]:
-        """Run the block once a place is free, within the deadline (counted from this call,
-        so time spent queued counts). ``work``: what the request will take, when known."""
+    def admit(
+        self, work: Work | None = None, deadline: Deadline | None = None
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Run the block once a place is free, within the ``deadline`` (None: the server's;
+        counted from this call, so time spent queued counts). ``work``: what the request
+        will take, when known."""
+        deadline = deadline or self._deadline
+        seconds = deadline.seconds
         # every place taken and the queue full (counted together: a place handed to a
         # waiter counts as queued until the waiter runs)
         if self._active + self._queued >= self._max_active + self._max_queued:
@@ -336,39 +354,39 @@ class Admission:
                 retry_after_s=self._retry_after_s,
             )
         if work is not None:
-            if work.seconds > self._deadline_s:
+            if work.seconds > seconds:
                 raise InvalidRequest(
-                    f"this request needs {work.describe()}; the deadline is "
-                    f"{self._deadline_s:g} s: send a shorter conversation or fewer options, "
-                    "or start the proxy with a longer --decision-deadline-s",
+                    f"this request needs {work.describe()}; {deadline.describe()}: send a "
+                    f"shorter conversation or fewer options, {deadline.longer()}",
                     code="exceeds_deadline",
                 )
             finish = self._decision_finish_s(work.seconds)
             if self._work or self._relayed:  # alone, it is judged by its deadline only
-                budget = self.budget_s()
+                budget = self.budget_s(deadline_s=seconds)
                 if finish > budget:
                     raise self._too_late(
                         finish,
                         budget,
                         f"this request needs {work.describe()}; with the work admitted ahead of it",
+                        seconds,
                     )
             holder = _estimate.get()
             if holder is not None:
                 holder[:] = [work, finish]
-            return self._admitted(work)
+            return self._admitted(work, seconds)
         if self.decision_s is not None:
             finish = estimated_finish_s(self._queued, self._active, self.parallel, self.decision_s)
-            budget = self._deadline_s * _HEADROOM
+            budget = seconds * _HEADROOM
             if finish > budget:
                 raise Overloaded(
                     f"the decisions queued ahead would take about {finish:.1f} s, past this "
-                    f"request's {self._deadline_s:g} s deadline; retry later",
+                    f"request's {seconds:g} s deadline; retry later",
                     retry_after_s=max(1, math.ceil(finish - budget)),
                 )
-        return self._admitted(None)
+        return self._admitted(None, seconds)
 
     @contextlib.asynccontextmanager
-    async def _admitted(self, work: Work | None) -> AsyncIterator[None]:
+    async def _admitted(self, work: Work | None, deadline_s: float) -> AsyncIterator[None]:
         """A place, and the deadline around waiting for it and the block. A cancel (the
         deadline's or the client's) while queued takes no place or passes on the one it
         was handed (the semaphore's part); one while holding gives it back once."""
@@ -376,8 +394,8 @@ class Admission:
         done = [0]
         _evaluated.set(done)
         if work is not None:
-            self._work[ticket] = (work, time.monotonic(), done)
-        deadline = asyncio.timeout(self._deadline_s)
+            self._work[ticket] = (work, time.monotonic(), done, deadline_s)
+        deadline = asyncio.timeout(deadline_s)
         try:
             async with deadline:
                 self._queued += 1
@@ -402,7 +420,7 @@ class Admission:
         except TimeoutError as exc:
             if deadline.expired():  # ours, not a timeout of the work's own
                 raise UpstreamTimeout(
-                    f"the decision did not finish within the {self._deadline_s:g} s deadline"
+                    f"the decision did not finish within the {deadline_s:g} s deadline"
                 ) from exc
             raise
         finally:

@@ -2,11 +2,13 @@
 
     ProxyError                      status  meaning
     ├── InvalidRequest              400     the client sent something we refuse; names the field
+    │   ├── InvalidHeader           400     a request header we refuse; names the header
     │   ├── NotFound                404     no such model (GET /v1/models/{id})
     │   ├── RequestTooLarge         413     body over the configured size
     │   ├── UnsupportedEncoding     415     a Content-Encoding aiohttp does not decode
     │   └── Unprocessable           422     System One validation: a list of {loc, msg, type}
     ├── Unauthorized                401     missing or wrong bearer key
+    ├── AdminOnly                   403     a route that needs X-Admin-Key, asked without it
     ├── Overloaded                  429     too many decisions in flight and queued (Retry-After)
     └── UpstreamError                       llama-server could not give an answer
         ├── UpstreamUnavailable     503     unreachable or still loading (Retry-After)
@@ -29,11 +31,13 @@ from typing import Any, NamedTuple
 __all__ = [
     "ProxyError",
     "InvalidRequest",
+    "InvalidHeader",
     "NotFound",
     "RequestTooLarge",
     "UnsupportedEncoding",
     "Unprocessable",
     "Unauthorized",
+    "AdminOnly",
     "Overloaded",
     "UpstreamError",
     "UpstreamUnavailable",
@@ -71,6 +75,16 @@ class InvalidRequest(ProxyError):
     is_validation = True  # System One answers these as 422 validation errors
 
 
+class InvalidHeader(InvalidRequest):
+    """A request header we refuse (``param``: its name); System One's 422 puts it at
+    ``loc: ["header", <name in lower case>]``, as FastAPI does."""
+
+    code = "invalid_header"
+
+    def __init__(self, message: str, header: str):
+        super().__init__(message, param=header)
+
+
 class NotFound(InvalidRequest):
     status = 404
     code = "model_not_found"
@@ -102,6 +116,15 @@ class Unauthorized(ProxyError):
     status = 401
     error_type = "authentication_error"
     code = "invalid_api_key"
+
+
+class AdminOnly(ProxyError):
+    """A llama-server route that needs the admin key (``routes/access.py``), asked without
+    it or with a wrong one; ``param`` names the header."""
+
+    status = 403
+    error_type = "permission_error"
+    code = "admin_key_required"
 
 
 class _RetryLater(ProxyError):
@@ -188,9 +211,12 @@ def system_one_error(err: ProxyError) -> ErrorReply:
     if isinstance(err, Unprocessable):
         detail: Any = err.details
     elif isinstance(err, InvalidRequest) and err.status == 400 and err.is_validation:
+        where = ["body", *(err.param.split(".") if err.param else [])]
+        if isinstance(err, InvalidHeader):
+            where = ["header", (err.param or "").lower()]
         detail = [
             {
-                "loc": ["body", *(err.param.split(".") if err.param else [])],
+                "loc": where,
                 "msg": err.message,
                 "type": err.code,
             }

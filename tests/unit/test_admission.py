@@ -18,6 +18,7 @@ from proxy.admission import (
     turns_s,
 )
 from proxy.cost import CHUNK, ONE, CostModel
+from proxy.deadlines import Deadline
 from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
 from proxy.routes.common import relayed_cost
 
@@ -561,3 +562,72 @@ async def test_a_decision_counts_a_generation_ahead_as_long_as_it_holds_its_slot
         assert finish_s(1.0, admission.ahead(), 4) < 20
     async with admission.admit(Work(100, 1.0)):  # the generations gone: admitted
         pass
+
+
+# -- a request's own deadline (proxy/deadlines.py) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("deadline", "outcome"),
+    [
+        (None, "the deadline is 50 s: send"),  # the admission's own
+        (Deadline(50.0, 3600.0), "the deadline is 50 s: send"),  # the server's, as routes give it
+        (Deadline(120.0, 3600.0, "X-Semif-Deadline"), "admitted"),
+        (Deadline(62.4, 3600.0, "X-Semif-Deadline"), "admitted"),  # its whole deadline, alone
+        (Deadline(30.0, 3600.0, "X-Stainless-Read-Timeout"), "the deadline is 30 s (X-Stainless"),
+    ],
+)
+async def test_the_refusal_at_once_is_judged_by_the_requests_own_deadline(deadline, outcome):
+    admission = Admission(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
+    work = Work(3900, 62.4)
+    if outcome == "admitted":
+        async with admission.admit(work, deadline):
+            pass
+        return
+    with pytest.raises(InvalidRequest) as caught:
+        admission.admit(work, deadline)
+    assert caught.value.code == "exceeds_deadline"
+    assert outcome in caught.value.message
+    assert caught.value.message.endswith(
+        "or start the proxy with a longer --decision-deadline-s"
+        if deadline is None
+        else "or send a longer X-Semif-Deadline (at most 3600 s)"
+    )
+
+
+async def test_the_requests_own_deadline_cuts_the_work_and_is_named():
+    admission = Admission(max_active=1, max_queued=0, deadline_s=50, retry_after_s=1)
+    with pytest.raises(UpstreamTimeout) as caught:
+        async with admission.admit(None, Deadline(0.05, 3600.0, "X-Semif-Deadline")):
+            await asyncio.sleep(1)
+    assert caught.value.message == "the decision did not finish within the 0.05 s deadline"
+
+
+async def test_a_long_deadline_beside_short_ones_keeps_to_their_budget(clock):
+    admission = Admission(max_active=16, max_queued=0, deadline_s=50, retry_after_s=1)
+    long = Deadline(3600.0, 3600.0, "X-Semif-Deadline")
+    async with contextlib.AsyncExitStack() as stack:
+        # a 50 s decision admitted at 1000 s must finish by 1040 s (80% of 50 s)
+        await stack.enter_async_context(admission.admit(Work(1500, 30.0)))
+        clock[0] += 10.0
+        # a long deadline's own budget would be 2880 s, its floor 1800 s: the short one's
+        # 30 s left and its floor of 25 s bound it instead
+        assert admission.budget_s(deadline_s=3600.0) == pytest.approx(30.0)
+        with pytest.raises(Overloaded) as caught:
+            admission.admit(Work(4000, 100.0), long)
+        assert "it would finish in about 130 s, past the 30 s it may take beside" in (
+            caught.value.message
+        )
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(admission.admit(Work(4000, 100.0), long))
+        with pytest.raises(Overloaded) as caught:
+            admission.admit(Work(100, 1.0))
+        assert caught.value.message.endswith(
+            "it would finish in about 101 s, past the 40 s admitted within its 50 s deadline "
+            "(a margin for the estimate's error); retry later"
+        )
+        # another long one fits beside it
+        await stack.enter_async_context(admission.admit(Work(100, 1.0), long))
+        with pytest.raises(Overloaded):
+            admission.crowded()  # nothing fits the server's 50 s behind 100 s of work
+        admission.crowded(long)
