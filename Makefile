@@ -1,8 +1,9 @@
 # Two commands matter: `make run` and `make test`. Each installs what is missing.
 # `make run` installs only requirements/runtime.lock (what the proxy and the single image
-# run); `make test`, `check`, `unit`, `bench` and `results` install requirements/dev.lock (runtime
-# plus the tools and test extras). Both locks are pinned and hash-checked, and
-# `make lock` regenerates both from pyproject.toml (see the `lock` target below).
+# run); `make test`, `check`, `unit`, `bench`, `results` and `slow-model` install
+# requirements/dev.lock (runtime plus the tools and test extras). Both locks are pinned
+# and hash-checked, and `make lock` regenerates both from pyproject.toml (see the `lock`
+# target below).
 SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
@@ -12,12 +13,13 @@ PYTEST_ARGS ?=
 RUNTIME_LOCK := requirements/runtime.lock
 DEV_LOCK     := requirements/dev.lock
 
-.PHONY: run test unit check venv venv-runtime lock prepare browser crd bench results clean
+.PHONY: run test unit check venv venv-runtime lock prepare slow-model test-models browser crd bench \
+	results clean
 
 run: venv-runtime
 	$(PY) scripts/stack.py
 
-test: venv check prepare browser crd
+test: venv check prepare test-models browser crd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
@@ -84,6 +86,17 @@ prepare:
 
 browser:
 	@$(PYTHON) scripts/prepare.py browser >/dev/null
+
+# The slow model: the default model with its blocks run SLOW_BLOCKS times and its answers
+# unchanged (scripts/slow_model.py, docs/slow-model.md), cached outside the clone; prints
+# its path (the default model is fetched if missing). `test` makes the ones its tests read:
+# K = 2 (tests/integration/test_slow_model.py) and SLOW_BLOCKS.
+SLOW_BLOCKS ?= 8
+slow-model: venv
+	@$(PY) scripts/slow_model.py --blocks $(SLOW_BLOCKS)
+
+test-models: venv
+	@$(PY) scripts/slow_model.py --blocks 2 $(SLOW_BLOCKS) >/dev/null
 
 # The published schemas of the Kubernetes custom resources (ServiceMonitor, ScaledObject)
 # in deploy/kubernetes, for tests/deploy/test_deploy_kubernetes.py; npm's cache is ~/.npm.
