@@ -1,13 +1,11 @@
 """Every path the proxy does not answer itself is llama-server's, relayed unchanged
 (method, headers that matter, body, status, streaming), so a client pointed at the
-proxy instead of llama-server loses nothing. One exception: the routes that
-control the server are refused (403) unless the request carries the configured
-admin key in ``X-Admin-Key``:
-
-    POST /slots/{id}?action=erase|save|restore   erase or persist a slot's cache
-    POST /props                                   change the server's properties
-
-``GET /slots`` and ``GET /props`` only read and are relayed like everything else.
+proxy instead of llama-server loses nothing it may use. What a client may reach is an
+allow-list (``routes/access.py``): the routes that change llama-server for every later
+request (``POST /props``, ``/slots/{id}``, ``/lora-adapters``, router mode's model
+routes, ...) and every route on neither list are refused (403) unless the request
+carries the configured admin key in ``X-Admin-Key``, and refused to everyone when no
+admin key is configured.
 
 POST bodies to llama-server's chat and generation paths are read first
 (``proxy/protocol/relayed.py``): chat bodies checked as OpenAI's shape, generations
@@ -21,35 +19,35 @@ import hmac
 from aiohttp import web
 
 from ..app_keys import SETTINGS, UPSTREAM
-from ..errors import ProxyError
+from ..errors import AdminOnly
 from ..protocol.relayed import CHAT_PATHS, GENERATIONS, relayed_body
+from .access import rule_for
 from .common import json_object, relay, relayed_work
 
-__all__ = ["relayed", "is_control"]
+__all__ = ["relayed"]
 
 
-class AdminOnly(ProxyError):
-    status = 403
-    error_type = "permission_error"
-    code = "admin_key_required"
-
-
-def is_control(method: str, path: str) -> bool:
-    """Whether a request changes llama-server's state rather than asking it something."""
-    return method == "POST" and (path == "/props" or path == "/slots" or path.startswith("/slots/"))
+def _check_admin(request: web.Request) -> bool:
+    """Whether the request needs the admin key; raises ``AdminOnly`` when it needs it and
+    lacks it (always, when ``PROXY_ADMIN_KEY`` is unset)."""
+    found = rule_for(request.method, request.path)
+    if found is not None and not found[0]:
+        return False
+    key = request.app[SETTINGS].admin_api_key
+    given = request.headers.get("X-Admin-Key", "").encode("utf-8", "surrogateescape")
+    if not key or not hmac.compare_digest(given, key.encode()):
+        what = found[1].why if found else "not a llama-server route clients may call here"
+        unset = "" if key else "; no admin key is configured here, so it is refused to all"
+        raise AdminOnly(
+            f"{request.method} {request.path} ({what}) needs the proxy's admin key in "
+            f"X-Admin-Key (PROXY_ADMIN_KEY){unset}",
+            param="X-Admin-Key",
+        )
+    return True
 
 
 async def relayed(request: web.Request) -> web.StreamResponse:
-    control = is_control(request.method, request.path)
-    if control:
-        key = request.app[SETTINGS].admin_api_key
-        given = request.headers.get("X-Admin-Key", "").encode("utf-8", "surrogateescape")
-        if not key or not hmac.compare_digest(given, key.encode()):
-            raise AdminOnly(
-                f"{request.method} {request.path} controls llama-server: it needs "
-                "the proxy's admin key in X-Admin-Key (PROXY_ADMIN_KEY)",
-                param="X-Admin-Key",
-            )
+    admin = _check_admin(request)
     body = await request.read() if request.body_exists else None
     path = request.path
     work = None
@@ -58,4 +56,4 @@ async def relayed(request: web.Request) -> web.StreamResponse:
         parsed = json_object(raw)
         body = relayed_body(path, parsed, raw, request.app[SETTINGS].relay_max_tokens)
         work = relayed_work(request.app, path, parsed, body)
-    return await relay(request, request.app[UPSTREAM], body, work=work, resend=not control)
+    return await relay(request, request.app[UPSTREAM], body, work=work, resend=not admin)
