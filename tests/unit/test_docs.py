@@ -138,3 +138,12 @@ def test_nothing_points_outside_the_repository():
         text=True,
     )
     assert not found.stdout, found.stdout
+
+
+def test_the_route_table_is_the_one_the_route_lists_render():
+    from scripts import llama_routes, routes_doc
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    assert routes_doc.render(text, llama_routes.read()) == text, (
+        "docs/operations.md's route table is stale: run python scripts/routes_doc.py"
+    )
