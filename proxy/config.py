@@ -32,6 +32,7 @@ class Settings:
     max_active_decisions: int = 16
     max_queued_decisions: int = 64
     decision_deadline_s: float = 50.0  # from arrival; under SageMaker's 60 s
+    max_decision_deadline_s: float = 3600.0  # what a request may ask: Batch Transform's most
     invocations_timeout_s: float = 600.0  # a jsonlines payload in all: Batch Transform's default
     max_state_chars: int = 400_000
     rerank_max_documents: int = 256
@@ -64,10 +65,13 @@ class Settings:
             "request_timeout_s",
             "shutdown_timeout_s",
             "decision_deadline_s",
+            "max_decision_deadline_s",
             "invocations_timeout_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
+        if self.decision_deadline_s > self.max_decision_deadline_s:
+            raise ValueError("decision_deadline_s must not exceed max_decision_deadline_s")
         if self.max_connections and self.max_connections < 3:
             raise ValueError("max_connections must be 0 (llama-server's slots + 2) or at least 3")
         if self.relay_max_tokens < 0:
@@ -131,7 +135,14 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "decision_deadline_s": (
         "PROXY_DEADLINE",
-        "seconds a decision request may take from arrival (504 and cancelled after)",
+        "seconds a decision request may take from arrival (504 and cancelled after), unless "
+        "it asks for another (X-Semif-Deadline, or semif-deadline= in "
+        "X-Amzn-SageMaker-Custom-Attributes; an OpenAI SDK's timeout only shortens it)",
+    ),
+    "max_decision_deadline_s": (
+        "PROXY_MAX_DEADLINE",
+        "longest deadline a decision request may ask for; one asked beyond is cut to it. "
+        "3600: Batch Transform's longest invocation",
     ),
     "invocations_timeout_s": (
         "PROXY_INVOCATIONS_TIMEOUT",

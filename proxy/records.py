@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Settings
+from .deadlines import Deadline
 from .decision.outcome import Outcome
 from .decision.prompt import PROMPT_FORMAT_VERSIONS
 from .decision.readout import choice_confidence, score_confidence
@@ -103,7 +104,9 @@ class Context:
     ``time.perf_counter()`` at arrival; ``line``: the jsonlines line (from 0);
     ``state``: the state text of System One, Decisions and rerank (an input);
     ``question_ids``: whether the API names its questions (chat and listwise rerank
-    hold one unnamed decision: ``question_id`` null)."""
+    hold one unnamed decision: ``question_id`` null). Beside them, ``deadline``: the one
+    its decision runs under (proxy/deadlines.py; None: the server's), which the routes
+    hand to the service with the request."""
 
     request_id: str
     api: str  # "chat" | "system_one" | "decisions" | "rerank" | "invocations"
@@ -111,6 +114,7 @@ class Context:
     line: int | None = None
     state: str | None = None
     question_ids: bool = True
+    deadline: Deadline | None = None
 
 
 # -- the record ---------------------------------------------------------------------

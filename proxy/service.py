@@ -34,6 +34,7 @@ from .bounded import BoundedCache
 from .calibration.profile import Profile
 from .catalogue import NO_THINKING, LabelCatalogue, Labels, rendering_kwargs
 from .cost import ONE, CostModel, kind_of
+from .deadlines import Deadline
 from .decision.debias import average, divide_out, rotate
 from .decision.outcome import Outcome
 from .decision.prompt import (
@@ -47,7 +48,6 @@ from .decision.prompt import (
 )
 from .decision.question import Question, choice_question
 from .decision.readout import decide
-from .deadlines import Deadline
 from .decision.selfcheck import CHECK_OPTIONS, CHECK_TEXT, OTHER_TEXT, Check, compare
 from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse

@@ -122,6 +122,7 @@ async def _decision(
         debias={"0": call.debias},
         debias_param="semif.debias",
         label_mass_floor=call.label_mass_floor,
+        deadline=context.deadline,
     )
     answered = await service.answer(asked)
     decided = recorded(app, context, asked, answered, service)

@@ -11,6 +11,7 @@ from aiohttp import web
 from ..admission import Work
 from ..app_keys import ADMISSION, ARRIVED, KIND, METRICS, MODELS, RECORDER, SETTINGS
 from ..cost import CHUNK, DEFAULT_UBATCH, ONE, CostModel, kind_of
+from ..deadlines import Deadline, request_deadline
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..protocol.relayed import generation_tokens
 from ..records import Context, Decided, request_id
@@ -23,6 +24,7 @@ __all__ = [
     "check_depth",
     "json_response",
     "context_of",
+    "deadline_of",
     "request_header",
     "recorded",
     "relay",
@@ -80,13 +82,23 @@ def json_response(
 
 
 def context_of(request: web.Request, api: str, **more: Any) -> Context:
-    """A decision request's id and arrival (proxy/records.py); its API's name, or
-    "invocations" when it came through SageMaker's path."""
+    """A decision request's id, arrival and deadline (proxy/records.py); its API's name,
+    or "invocations" when it came through SageMaker's path."""
     return Context(
         request_id(request.headers),
         "invocations" if request.path == "/invocations" else api,
         request.get(ARRIVED) or time.perf_counter(),
+        deadline=deadline_of(request),
         **more,
+    )
+
+
+def deadline_of(request: web.Request) -> Deadline:
+    """The deadline a decision request asks for in its headers, within the server's
+    maximum, else the server's (proxy/deadlines.py); a bad value is a 400 naming its header."""
+    settings = request.app[SETTINGS]
+    return request_deadline(
+        request.headers, settings.decision_deadline_s, settings.max_decision_deadline_s
     )
 
 

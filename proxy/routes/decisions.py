@@ -51,7 +51,9 @@ async def decisions_record(
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
     # no calibration: the Decisions API has no field to name a profile
-    asked = Asked.about_state(call.state_text, call.questions, default_profile=False)
+    asked = Asked.about_state(
+        call.state_text, call.questions, default_profile=False, deadline=context.deadline
+    )
     outcomes = await service.answer(asked)
     decided = recorded(app, replace(context, state=call.state_text), asked, outcomes, service)
     return response_body(call, outcomes, decided.ids, decided.records)

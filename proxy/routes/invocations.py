@@ -37,7 +37,7 @@ from ..errors import InvalidRequest, ProxyError, UpstreamTimeout, error_record
 from ..middleware import count_error
 from ..records import Context, request_id
 from .chat import chat_record, chat_reply
-from .common import check_depth, json_object
+from .common import check_depth, deadline_of, json_object
 from .decisions import decisions_record, decisions_reply
 from .systemone import system_one_record, system_one_reply
 
@@ -102,6 +102,7 @@ async def _jsonlines(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     timeout_s = app[SETTINGS].invocations_timeout_s
     deadline = loop.time() + timeout_s * _PAYLOAD_HEADROOM  # time left to send the answer
+    line_deadline = deadline_of(request)  # each line's, from the payload's headers
     lines = (await request.read()).split(b"\n")
     if lines and not lines[-1].strip():
         lines.pop()  # the last line's newline
@@ -125,7 +126,9 @@ async def _jsonlines(request: web.Request) -> web.Response:
                 answers[i], missed = too_late, missed + 1
                 continue
             try:
-                context = Context(payload, "invocations", time.perf_counter(), line=i)
+                context = Context(
+                    payload, "invocations", time.perf_counter(), line=i, deadline=line_deadline
+                )
                 async with asyncio.timeout_at(deadline):
                     answers[i] = orjson.dumps(await answer_line(app, raw, context))
             except TimeoutError:  # cut short: llama-server's work on it is cancelled

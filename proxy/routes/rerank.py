@@ -64,7 +64,10 @@ async def rerank(request: web.Request) -> web.StreamResponse:
     )
     if call.method == "listwise":
         asked = Asked.about_state(
-            query_state(call), {"0": listwise_question(call)}, default_profile=False
+            query_state(call),
+            {"0": listwise_question(call)},
+            default_profile=False,
+            deadline=context.deadline,
         )
     else:
         # only a profile the request names (a default one was fitted on other prompts),
@@ -75,6 +78,7 @@ async def rerank(request: web.Request) -> web.StreamResponse:
             calibration=call.calibration,
             default_profile=False,
             profile_debias=False,
+            deadline=context.deadline,
         )
     outcomes = await service.answer(asked)
     metrics = app[METRICS]

@@ -119,6 +119,7 @@ async def _answer(
         debias_method=call.debias_method,
         debias=call.debias,
         label_mass_floor=call.label_mass_floor,
+        deadline=context.deadline,
     )
     outcomes = await service.answer(asked)
     decided = recorded(app, replace(context, state=call.state_text), asked, outcomes, service)

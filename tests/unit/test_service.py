@@ -592,9 +592,9 @@ class _Admitted(Admission):
         super().__init__(max_active=4, max_queued=4, deadline_s=50, retry_after_s=1)
         self.works = []
 
-    def admit(self, work=None):
+    def admit(self, work=None, deadline=None):
         self.works.append(work)
-        return super().admit(work)
+        return super().admit(work, deadline)
 
 
 class _Overlapping(RecordedUpstream):
