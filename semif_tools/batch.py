@@ -12,7 +12,11 @@ proxy unreachable) are asked again, and the last record of an id is the one that
 counts. A torn last line left by a kill is cut off first. Each request goes through
 the tools' retry policy (``client.py``: 429, 502, 503 and 504 and the proxy
 unreachable are retried, after their ``Retry-After`` when longer than the back-off);
-a timeout is recorded, not retried. A progress bar (rate, time left) goes to stderr
+a timeout is recorded, not retried. Each request asks the proxy for a deadline
+(``X-Semif-Deadline``, ``--deadline``: 90% of ``--timeout`` unless given), so a line
+on a slow model is not held to the proxy's real-time default (50 s), and the proxy's
+504 (retried) comes before the client gives up (recorded); the proxy cuts it to its
+maximum. A progress bar (rate, time left) goes to stderr
 (``progress.py``) and a summary at the end: outcomes, latency p50/p95, label mass and
 routes. The exit status is 0 when every line's last record is a 200.
 """
@@ -53,6 +57,8 @@ __all__ = [
 
 _DEFAULT_CONCURRENCY = 4
 _JSON = {"Content-Type": "application/json"}
+DEADLINE_HEADER = "X-Semif-Deadline"  # proxy/deadlines.py
+_DEADLINE_SHARE = 0.9  # of --timeout: the deadline asked for when --deadline is not given
 
 
 @dataclass(frozen=True)
@@ -203,7 +209,7 @@ def summary_lines(job: Job) -> list[str]:
 
 
 async def _send(
-    http: httpx.AsyncClient, line: Line
+    http: httpx.AsyncClient, line: Line, headers: dict[str, str] = _JSON
 ) -> tuple[dict[str, Any], int | None, float | None, dict[str, Any] | None]:
     """The output record for one line, its status, latency (of the last attempt) and answer."""
     if line.body is None:
@@ -218,7 +224,7 @@ async def _send(
             None,
         )
     try:
-        resp = await send_async(http, "POST", line.path, content=line.body, headers=_JSON)
+        resp = await send_async(http, "POST", line.path, content=line.body, headers=headers)
     except httpx.TimeoutException:
         return (
             {
@@ -285,10 +291,14 @@ async def run(
     resume: bool = False,
     api_key: str | None = None,
     timeout_s: float = 600.0,
+    deadline_s: float | None = None,
     stream: TextIO | None = None,
 ) -> tuple[Job, bool]:
     """Answer every line of ``source`` not yet settled in ``out`` (with ``resume``),
-    appending; also whether every line's last record is now a 200."""
+    appending; also whether every line's last record is now a 200. ``deadline_s``: asked
+    of the proxy for each line (None: 90% of ``timeout_s``)."""
+    deadline = _DEADLINE_SHARE * timeout_s if deadline_s is None else deadline_s
+    headers = {**_JSON, DEADLINE_HEADER: f"{deadline:g}"}
     everything = list(read_lines(source))
     _unique(everything)
     if not resume and out.exists() and out.stat().st_size:
@@ -309,7 +319,7 @@ async def run(
 
                 async def worker() -> None:
                     for line in queue:
-                        record, status, latency, answer = await _send(http, line)
+                        record, status, latency, answer = await _send(http, line, headers)
                         sink.write(orjson.dumps(record) + b"\n")
                         sink.flush()  # a kill loses at most the line being written
                         job.record(status, latency, line.path, answer)
@@ -343,6 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the ids OUT has settled (answered, or refused for good)",
     )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds the proxy may take per line (X-Semif-Deadline; the proxy cuts it to its "
+        "--max-decision-deadline-s); default: 90%% of --timeout",
+    )
     return p
 
 
@@ -350,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.concurrency is not None and args.concurrency < 1:
         print("batch: --concurrency must be at least 1", file=sys.stderr)
+        return 2
+    if args.deadline is not None and not args.deadline > 0:
+        print("batch: --deadline must be above 0", file=sys.stderr)
         return 2
     try:
         job, complete = asyncio.run(
@@ -361,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 resume=args.resume,
                 api_key=args.api_key,
                 timeout_s=args.timeout,
+                deadline_s=args.deadline,
             )
         )
     except (OSError, ValueError) as exc:  # FileExistsError too

@@ -133,9 +133,12 @@ def waits(monkeypatch):
 async def test_a_job_retries_what_passes_and_records_every_line(tmp_path, waits):
     asked: list[str] = []
 
+    deadlines: set[str] = set()
+
     async def systemone(request: web.Request) -> web.Response:
         body = await request.json()
         asked.append(body["state"])
+        deadlines.add(request.headers["X-Semif-Deadline"])
         if body["state"] == "busy" and asked.count("busy") == 1:
             return web.json_response(
                 {"error": "overloaded"}, status=429, headers={"Retry-After": "3"}
@@ -171,6 +174,7 @@ async def test_a_job_retries_what_passes_and_records_every_line(tmp_path, waits)
     assert records[4]["error"]["code"] == "invalid_line"
     assert asked.count("busy") == 2 and asked.count("broken") == 1  # 500 is not retried
     assert waits == [3.0]  # the Retry-After, longer than the first back-off (0.5 s)
+    assert deadlines == {"540"}  # 90% of the 600 s timeout: the proxy's 504 comes first
     assert not complete and job.outcomes == {"ok": 2, "status 500": 1, "error": 1}
     # not a terminal: no bar while it ran, its final state once at the end
     assert stream.getvalue().count("\n") == 1 and "4/4" in stream.getvalue()
@@ -183,3 +187,31 @@ async def test_an_unreachable_proxy_is_recorded_after_the_last_attempt(tmp_path,
     record = orjson.loads(out.read_bytes())
     assert record["status"] is None and record["error"]["code"] == "unreachable"
     assert len(waits) == client.ATTEMPTS - 1 and not complete
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "deadline_s", "sent"),
+    [(600.0, None, "540"), (100.0, None, "90"), (600.0, 3600.0, "3600"), (60.0, 12.5, "12.5")],
+)
+async def test_each_line_asks_the_proxy_for_a_deadline(tmp_path, timeout_s, deadline_s, sent):
+    seen: list[str] = []
+
+    async def systemone(request: web.Request) -> web.Response:
+        seen.append(request.headers["X-Semif-Deadline"])
+        return web.json_response({"answers": {"q": {"x_label_mass": 0.5}}})
+
+    app = web.Application()
+    app.router.add_post("/v1/systemone", systemone)
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(b'{"state": "s", "questions": {"q": {"type": "noul"}}}\n')
+    async with TestServer(app) as server:
+        await run(
+            src,
+            out,
+            str(server.make_url("/")),
+            concurrency=1,
+            timeout_s=timeout_s,
+            deadline_s=deadline_s,
+            stream=io.StringIO(),
+        )
+    assert seen == [sent]
