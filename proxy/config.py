@@ -21,7 +21,7 @@ class Settings:
     upstream_url: str = "http://127.0.0.1:8081"
     upstream_api_key: str | None = None
     api_key: str | None = None
-    admin_api_key: str | None = None  # unlocks llama-server's control routes (POST /slots, /props)
+    admin_api_key: str | None = None  # unlocks the llama-server routes not on the client list
     connect_timeout_s: float = 3.0
     request_timeout_s: float = 55.0  # under SageMaker's 60 s invocation limit
     max_body_bytes: int = 6 * 1024 * 1024  # SageMaker's real-time payload limit
@@ -106,8 +106,9 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "api_key": ("PROXY_API_KEY", "require 'Authorization: Bearer <key>' from clients"),
     "admin_api_key": (
         "PROXY_ADMIN_KEY",
-        "'X-Admin-Key' that unlocks llama-server's control "
-        "routes (POST /slots/..., POST /props); unset: they are refused",
+        "'X-Admin-Key' that unlocks the llama-server routes a client key may not call "
+        "(POST /props, /slots/..., /lora-adapters, router mode's models, any route on "
+        "neither list: docs/operations.md); unset: they are refused to everyone",
     ),
     "connect_timeout_s": ("PROXY_CONNECT_TIMEOUT", "seconds to connect to llama-server"),
     "request_timeout_s": ("PROXY_REQUEST_TIMEOUT", "seconds for a whole upstream call (504 after)"),
