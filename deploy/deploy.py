@@ -41,7 +41,9 @@ the conversations; the JSON content types are declared, so captures hold JSON, n
 
 ``transform`` runs a job on the single image (an existing model with ``--model``, or one it
 creates from ``--image``): JSON lines in, one answer per line out, in order, each payload
-bounded by ``--invocations-timeout``, which the proxy is told too (PROXY_INVOCATIONS_TIMEOUT).
+bounded by ``--invocations-timeout``, which the proxy is told too (PROXY_INVOCATIONS_TIMEOUT),
+and each line's decision deadline with it (PROXY_DEADLINE, PROXY_MAX_DEADLINE and the
+per-call PROXY_REQUEST_TIMEOUT: Batch Transform sends no header of the caller's).
 
 Names derive from ``--name``: model ``<name>-model``, endpoint config ``<name>-config``,
 endpoint ``<name>``. ``delete`` removes them in reverse order and treats what is already
@@ -436,9 +438,15 @@ def transform_request(cfg: TransformConfig) -> dict[str, Any]:
             "InvocationsMaxRetries": cfg.max_retries,
         },
         # the proxy answers every payload within the job's timeout (late lines get 504
-        # records) and takes payloads as large as the job sends
+        # records) and takes payloads as large as the job sends. Batch Transform sends no
+        # header of the caller's, so each line's decision deadline is the container's own:
+        # the job's timeout (not the real-time 50 s), as is its maximum and each llama-server
+        # call's (one read of a long state on a slow model takes minutes)
         "Environment": {
             "PROXY_INVOCATIONS_TIMEOUT": str(cfg.invocations_timeout_s),
+            "PROXY_DEADLINE": str(cfg.invocations_timeout_s),
+            "PROXY_MAX_DEADLINE": str(cfg.invocations_timeout_s),
+            "PROXY_REQUEST_TIMEOUT": str(cfg.invocations_timeout_s),
             "PROXY_MAX_BODY_BYTES": str(cfg.max_payload_mb * MIB),
         },
         "TransformInput": {

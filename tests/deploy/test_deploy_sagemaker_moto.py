@@ -274,10 +274,14 @@ def test_transform_makes_the_single_image_model_and_a_line_by_line_job(clients: 
         "Accept": "application/jsonlines",
         "AssembleWith": "Line",
     }
-    # the proxy is told the job's payload timeout and payload size
+    # the proxy is told the job's payload timeout and payload size, and each line's
+    # decision deadline (and its llama-server calls') is the job's timeout
     assert job["ModelClientConfig"]["InvocationsTimeoutInSeconds"] == 1800
     assert job["Environment"] == {
         "PROXY_INVOCATIONS_TIMEOUT": "1800",
+        "PROXY_DEADLINE": "1800",
+        "PROXY_MAX_DEADLINE": "1800",
+        "PROXY_REQUEST_TIMEOUT": "1800",
         "PROXY_MAX_BODY_BYTES": str(1024 * 1024),
     }
     assert job["TransformResources"] == {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1}
@@ -298,6 +302,8 @@ def test_transform_environment_names_settings_the_proxy_reads():
     )
     settings = load_settings([], request["Environment"])
     assert settings.invocations_timeout_s == 900.0
+    assert settings.decision_deadline_s == settings.max_decision_deadline_s == 900.0
+    assert settings.request_timeout_s == 900.0
     assert settings.max_body_bytes == 20 * 1024 * 1024
 
 
