@@ -68,6 +68,7 @@ _MAX_FREE_KEY = 64 * 1024  # ... for questions up to this size (JSON bytes)
 CHECK_ATTEMPTS = 3  # a failing self-check is made again, this many times in all ...
 CHECK_PAUSE_S = (1.0, 3.0)  # ... after a pause of this many seconds (uniform)
 _MAX_OPTION_COUNTS = 32  # option counts whose reads-needed are remembered
+_MAX_LABEL_SETS = 256  # label sets whose sufficient read width is remembered
 _LEAST_WEIGHT = 1e-300  # a content-free probability that underflowed still divides
 _NOTHING: Mapping[str, tuple[int, ...]] = MappingProxyType({})
 log = logging.getLogger("proxy")
@@ -198,6 +199,8 @@ class DecisionService:
         self._content_free: BoundedCache[bytes, tuple[float, ...]] = BoundedCache(_MAX_CONTENT_FREE)
         # option count -> reads its last decision took
         self._reads_needed: BoundedCache[int, int] = BoundedCache(_MAX_OPTION_COUNTS)
+        # label token ids -> the read width that held them all last time (see _read)
+        self._widths: BoundedCache[tuple[int, ...], int] = BoundedCache(_MAX_LABEL_SETS)
 
     # -- the pipeline ---------------------------------------------------------------
 
@@ -668,7 +671,16 @@ class DecisionService:
         ``/completion`` with the prompt's tokens, pinned to a leased slot. Others (images,
         audio) go through llama-server's chat endpoint, which renders them itself.
         ``spread``: one of a request's questions read in parallel on the segment scheme
-        (``_ask``), which takes a free slot rather than wait for one."""
+        (``_ask``), which takes a free slot rather than wait for one.
+
+        A read returns the top ``width`` log-probabilities; a label missing there (a model
+        that wants to open with a preamble or a thinking token gives the labels little
+        mass) is fetched by a wider read (``read_widths``: three at most), never guessed.
+        Each wider read sends the prompt again, and a short prompt's slot may have been
+        used by a read queued behind it meanwhile, so on a slow model each can cost the
+        whole prompt: the width that held these labels last time is where the next
+        decision on them starts (the numbers are the same at any width: one forward
+        pass), so extra reads are made once per label set, not once per decision."""
         info, labels, convo, tokens, ubatch = prepared
         names = tuple(label for label, _ in labels)
         ids = [tid for _, tid in labels]
@@ -688,7 +700,11 @@ class DecisionService:
         async with book.lease(
             segment, by_prefix=bool(ubatch), short=queued, own=own, wait=not spread
         ) as slot:
-            for width in read_widths(self._n_probs, len(labels), info.n_vocab):
+            widths = read_widths(self._n_probs, len(labels), info.n_vocab)
+            sufficed = self._widths.get(tuple(ids))  # the last read of these labels
+            if sufficed in widths:  # starts where it found them all: one read, not three
+                widths = widths[widths.index(sufficed) :]
+            for width in widths:
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None
                     read = await self._upstream.next_token(
@@ -709,6 +725,7 @@ class DecisionService:
                 logprobs = read.of(ids)
                 if logprobs is not None:
                     self._reads_needed.put(len(labels), reads)
+                    self._widths.put(tuple(ids), width)
                     return Outcome(  # each read sent the whole prompt (mostly cached)
                         decide(question, logprobs),
                         tuple(names),

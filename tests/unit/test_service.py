@@ -44,6 +44,9 @@ class RecordedUpstream:
     async def total_slots(self):
         return 2
 
+    async def identity(self):  # what a kept self-check verdict is keyed by (in part)
+        return {"model": self.model}
+
     async def render(self, messages, kwargs):
         assert kwargs["enable_thinking"] is False
         content = messages[-1]["content"]
@@ -759,3 +762,23 @@ async def test_debiasing_reads_are_estimated_as_they_evaluate(method, fanout, ub
     # its own, read in another slot; on the prefix scheme it stays in the decision's)
     aside = fanout == 0 or (shape == "system" and not ubatch)
     assert sum(e >= len(STATE) for e in evaluated) == (2 if aside else 1)
+
+
+async def test_the_width_that_held_the_labels_is_where_the_next_decision_starts():
+    # labels with little mass (a model that wants a preamble first): the first decision
+    # widens twice; the next on the same labels reads once, at the width that held them
+    narrow = {49: -9.0, 7: -0.01}
+    wide = {49: -9.0, 7: -0.01, 51: -11.0}
+    up = RecordedUpstream([narrow, narrow, wide, wide, {49: -1.0, 51: -1.0, 52: -1.0}])
+    service = DecisionService(up, n_probs=8)
+    question = choice_question(["x", "y"])
+    first = await service.decide([{"role": "user", "content": "q"}], question)
+    assert (up.widths, first.reads) == ([8, 1024, 49152], 3)
+    second = await service.decide([{"role": "user", "content": "r"}], question)
+    assert (up.widths[3:], second.reads) == ([49152], 1)
+    assert second.decision.probabilities == pytest.approx(
+        (1 / (1 + math.exp(-2.0)), 1 / (1 + math.exp(2.0))), rel=1e-12
+    )
+    other = choice_question(["x", "y", "z"])  # other labels: from the first width
+    assert (await service.decide([{"role": "user", "content": "s"}], other)).reads == 1
+    assert up.widths[4:] == [12]
