@@ -13,6 +13,7 @@ import pytest
 
 from scripts.prepare import ensure_llama_server, ensure_model
 from scripts.probe import free_port
+from scripts.slow_model import ensure_slow_model
 from scripts.stack import (
     CONNECTIONS,
     UBATCH,
@@ -26,7 +27,14 @@ from scripts.stack import (
 
 SLOTS_TIMEOUT_S = 120  # a whole batch of a long prompt on the slowest CPU seen
 
-__all__ = ["LlamaServer", "free_port", "launch_llama", "launch_proxy", "wait_for_self_check"]
+__all__ = [
+    "LlamaServer",
+    "free_port",
+    "launch_llama",
+    "launch_proxy",
+    "slow_model",
+    "wait_for_self_check",
+]
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,13 @@ def binaries() -> tuple[Path, Path]:
     return binary, model
 
 
+def slow_model(blocks: int, *, zero: bool = True) -> Path:
+    """The default model with its blocks run ``blocks`` times and its answers unchanged
+    (``zero=False``: garbage answers), from scripts/slow_model.py's cache; made there when
+    absent (`make test` makes K = 2 and SLOW_BLOCKS first). Starts nothing."""
+    return ensure_slow_model(blocks, zero=zero)
+
+
 @pytest.fixture(scope="session")
 def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("logs")
@@ -86,8 +101,11 @@ def rss_kb(pid: int) -> int:
     raise AssertionError(f"no VmRSS for process {pid}")
 
 
-def launch_llama(logs_dir: Path, name: str, port: int | None = None):
-    binary, model = binaries()
+def launch_llama(logs_dir: Path, name: str, port: int | None = None, model: Path | None = None):
+    """llama-server as the suite runs it, on ``model`` (default: ``MODEL``, else the default
+    model), ready to answer."""
+    binary, default = binaries()
+    model = model or default
     port = port or free_port()
     log = open(logs_dir / f"{name}-{port}.log", "ab")
     proc = start_llama_server(binary, model, port, log=log)
