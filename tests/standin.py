@@ -58,6 +58,7 @@ class StandIn:
         self.url = f"http://127.0.0.1:{self.port}"
         self.cancelled = 0  # slow answers whose client went away
         self.hits = 0  # requests received, on any path
+        self.seen: list[tuple[str, str]] = []  # each request's method and path, in order
         self.hits_chat = 0  # chat completions received
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -103,6 +104,7 @@ class StandIn:
     @web.middleware
     async def _count(self, request: web.Request, handler):
         self.hits += 1
+        self.seen.append((request.method, request.path))
         return await handler(request)
 
     async def _props(self, request: web.Request) -> web.Response:

@@ -83,3 +83,42 @@ def test_the_admin_key_unlocks_the_control_routes(fronted, llama):
 def test_without_a_configured_admin_key_control_routes_are_always_refused(proxy_url):
     resp = httpx.post(proxy_url + "/slots/0?action=erase", headers={"X-Admin-Key": ""}, timeout=10)
     assert resp.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/made-up-control"),  # a route on neither list (tests/unit/test_route_access.py)
+        ("PUT", "/props"),
+        ("POST", "/lora-adapters"),  # issue 53: relayed to any client before the allow-list
+        ("POST", "/models/load"),
+        # a web UI file's prefix and a way out: the relay would send it as /cors-proxy
+        ("GET", "/_app/%2E%2E/cors-proxy"),
+        ("GET", "/_app%2F..%2Fcors-proxy"),
+    ],
+)
+def test_a_route_a_client_may_not_call_is_refused_naming_the_admin_key(fronted, method, path):
+    resp = httpx.request(method, fronted + path, json={}, timeout=10)
+    assert resp.status_code == 403
+    error = resp.json()["error"]
+    assert error["code"] == "admin_key_required"
+    assert "X-Admin-Key" in error["message"] and error["param"] == "X-Admin-Key"
+
+
+def test_with_the_admin_key_a_made_up_route_is_relayed(fronted, llama):
+    via = httpx.post(
+        fronted + "/made-up-control", json={}, headers={"X-Admin-Key": ADMIN}, timeout=10
+    )
+    direct = httpx.post(llama.url + "/made-up-control", json={}, timeout=10)
+    assert via.status_code == direct.status_code == 404  # llama-server's own answer
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("HEAD", "/props"), ("HEAD", "/slots"), ("OPTIONS", "/slots/0"), ("OPTIONS", "/made-up")],
+)
+def test_head_of_an_allowed_get_and_any_preflight_are_relayed(fronted, llama, method, path):
+    headers = {"Origin": "http://example.test", "Access-Control-Request-Method": "POST"}
+    via = httpx.request(method, fronted + path, headers=headers, timeout=10)
+    direct = httpx.request(method, llama.url + path, headers=headers, timeout=10)
+    assert via.status_code == direct.status_code != 403
