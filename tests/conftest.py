@@ -25,6 +25,10 @@ from scripts.stack import (
     wait_ready,
 )
 
+# Every proxy the tests start keeps its self-check verdicts in memory only, not in the
+# user's ~/.cache (proxy/verdicts.py); a test that keeps them names its own file.
+os.environ["PROXY_CHECK_VERDICTS"] = ""
+
 SLOTS_TIMEOUT_S = 120  # a whole batch of a long prompt on the slowest CPU seen
 
 __all__ = [
