@@ -76,10 +76,11 @@ def model_path() -> Path:
 
 @contextlib.contextmanager
 def llama_server_process(
-    binary: Path | None = None, extra: list[str] | None = None
+    binary: Path | None = None, extra: list[str] | None = None, model: Path | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
+    """llama-server as `make run` starts it, on ``model`` (default: ``model_path()``)."""
     binary = binary or Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
-    model = model_path()
+    model = model or model_path()
     with _serving(
         lambda port, log: start_llama_server(binary, model, port, extra, log=log), timeout_s=180
     ) as served:
@@ -117,29 +118,18 @@ def proxy_process(
 
 
 def _settle(url: str, timeout_s: float = 300) -> None:
-    """One decision, then wait for the self-check it starts (proxy/decision/selfcheck.py):
-    a start-up cost, read with every slot leased, that no measurement should include."""
+    """Until the proxy is ready: its self-check (proxy/decision/selfcheck.py), a start-up
+    cost read with every slot leased that no measurement should include, runs before
+    ``/health`` says ok (or is recalled from a kept verdict, proxy/verdicts.py)."""
     import time
 
     import httpx
 
-    httpx.post(
-        url + "/v1/chat/completions",
-        timeout=timeout_s,
-        json={
-            "messages": [{"role": "user", "content": "Hello."}],
-            "semif": {"options": ["a", "b"]},
-        },
-    )
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        checks = httpx.get(url + "/v1/models", timeout=60).json().get("x_repeatable") or {}
-        if checks and all(
-            c.get("repeatable") is not None or str(c.get("detail", "")).startswith("not checked")
-            for c in checks.values()
-        ):
-            return
-        time.sleep(0.2)
+    while httpx.get(url + "/health", timeout=60).status_code != 200:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} not ready after {timeout_s:.0f}s")
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager
