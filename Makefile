@@ -90,13 +90,15 @@ browser:
 # The slow model: the default model with its blocks run SLOW_BLOCKS times and its answers
 # unchanged (scripts/slow_model.py, docs/slow-model.md), cached outside the clone; prints
 # its path (the default model is fetched if missing). `test` makes the ones its tests read:
-# K = 2 (tests/integration/test_slow_model.py) and SLOW_BLOCKS.
+# K = 2 (tests/integration/test_slow_model.py), SLOW_BLOCKS (tests/realspeed) and K = 2
+# without zeroing (garbage answers: tests/realspeed's widening reads).
 SLOW_BLOCKS ?= 8
 slow-model: venv
 	@$(PY) scripts/slow_model.py --blocks $(SLOW_BLOCKS)
 
 test-models: venv
 	@$(PY) scripts/slow_model.py --blocks 2 $(SLOW_BLOCKS) >/dev/null
+	@$(PY) scripts/slow_model.py --blocks 2 --no-zero >/dev/null
 
 # The published schemas of the Kubernetes custom resources (ServiceMonitor, ScaledObject)
 # in deploy/kubernetes, for tests/deploy/test_deploy_kubernetes.py; npm's cache is ~/.npm.
