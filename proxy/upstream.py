@@ -268,6 +268,9 @@ class Upstream:
         self._json_timeout = aiohttp.ClientTimeout(
             total=settings.request_timeout_s, sock_connect=settings.connect_timeout_s
         )
+        self._read_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout_s
+        )
         self._health_timeout = aiohttp.ClientTimeout(total=1.5)
         self._json_headers = {"Content-Type": "application/json", **self._auth}
         self.model: str | None = None  # a llama-server router's model these calls are for
@@ -349,7 +352,9 @@ class Upstream:
         }
         if n_probs:
             body["n_probs"] = n_probs
-        data = await self._request_json("POST", "/completion", body)
+        # no per-call limit: a long prompt on a slow model reads for minutes, and every
+        # caller bounds the read itself (a decision's deadline, the self-check's bound)
+        data = await self._request_json("POST", "/completion", body, timeout=self._read_timeout)
         try:
             timings = data["timings"]
             cached, evaluated = int(timings["cache_n"]), int(timings["prompt_n"])
@@ -611,7 +616,13 @@ class Upstream:
 
     # -- plumbing -------------------------------------------------------------
 
-    async def _request_json(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+    async def _request_json(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> Any:
         if self.model is not None:  # a router routes POSTs by body, GETs by query
             if body is not None:
                 body = {**body, "model": self.model}
@@ -621,11 +632,11 @@ class Upstream:
         try:
             with upstream_timer():
                 try:
-                    status, raw = await self._call(method, path, data)
+                    status, raw = await self._call(method, path, data, timeout)
                 except aiohttp.ServerDisconnectedError:
                     # A pooled connection the server closed as we wrote: these calls
                     # only read, so sending again once on a fresh connection is safe.
-                    status, raw = await self._call(method, path, data)
+                    status, raw = await self._call(method, path, data, timeout)
         except Exception as exc:  # noqa: BLE001 - translated, never swallowed
             raise self._translate(exc) from exc
         self._mark_up()
@@ -648,7 +659,13 @@ class Upstream:
             await lane.acquire()  # returns at once
         return lane
 
-    async def _call(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        data: bytes | None,
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> tuple[int, bytes]:
         lane = await self._enter_lane(path)
         try:
             async with self._session.request(
@@ -656,7 +673,7 @@ class Upstream:
                 self._base + path,
                 data=data,
                 headers=self._json_headers,
-                timeout=self._json_timeout,
+                timeout=timeout or self._json_timeout,
             ) as resp:
                 return resp.status, await resp.read()
         finally:

@@ -782,3 +782,51 @@ async def test_the_width_that_held_the_labels_is_where_the_next_decision_starts(
     other = choice_question(["x", "y", "z"])  # other labels: from the first width
     assert (await service.decide([{"role": "user", "content": "s"}], other)).reads == 1
     assert up.widths[4:] == [12]
+
+
+async def test_a_kept_verdict_reads_nothing_but_the_opening_into_one_slot(no_pause):
+    from proxy.verdicts import Verdicts
+
+    kept = Verdicts(None)
+    first = DecisionService(RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, verdicts=kept)
+    await first._check_in_turn()
+    assert first.checked.repeatable is True
+    # llama-server came back (or the proxy started again with the file): the same key
+    up = RecordedUpstream([{49: -1.0}])  # the one read the opening needs
+    again = DecisionService(up, n_probs=8, ubatch=63, verdicts=kept)
+    await again._check_in_turn()
+    assert again.checked.repeatable is True and "(kept from the check at " in again.checked.detail
+    [(_, sent, cache, _, _)] = up.requests  # one request: the opening, into one slot
+    assert cache and "Hi." in "".join(map(chr, sent))
+
+
+async def test_another_model_is_checked_anew_though_a_verdict_is_kept(no_pause):
+    from proxy.verdicts import Verdicts
+
+    kept = Verdicts(None)
+    await DecisionService(
+        RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, verdicts=kept
+    )._check_in_turn()
+    up = RecordedUpstream([SAME] * 6)
+    up.model = "another"  # identity() names it: another key
+    service = DecisionService(up, n_probs=8, ubatch=63, verdicts=kept)
+    await service._check_in_turn()
+    assert service.checked.repeatable is True and "kept" not in service.checked.detail
+    assert len([r for r in up.requests if r]) >= 6
+
+
+async def test_a_self_check_past_its_bound_leaves_the_proxy_unchecked(monkeypatch, caplog):
+    monkeypatch.setattr("proxy.service.CHECK_BOUND_S", 0.05)
+    up = RecordedUpstream([SAME] * 6)
+    original = up.complete
+
+    async def slow(*args, **kwargs):
+        await asyncio.sleep(0.02)
+        return await original(*args, **kwargs)
+
+    up.complete = slow
+    service = DecisionService(up, n_probs=8, ubatch=63)
+    await service._check_in_turn()
+    assert service.checked.repeatable is None
+    assert service.checked.detail == "not checked: over 0s"
+    assert "took more than 0s" in caplog.text

@@ -275,3 +275,36 @@ def test_a_models_entry_whose_meta_is_not_an_object_is_a_bad_response(field):
 def test_a_models_entry_without_meta_is_read_with_what_it_has():
     (info,) = parse_models({"data": [{"id": "m.gguf", "meta": None}]}).models
     assert (info.id, info.n_ctx, info.output_modalities) == ("m.gguf", None, ("text",))
+
+
+async def test_a_read_is_not_cut_by_the_per_call_timeout():
+    # a long prompt on a slow model reads for minutes: its caller bounds it (a decision's
+    # deadline, the self-check's bound), the per-call timeout only the other calls
+    async def completion(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.6)
+        return web.json_response(
+            {
+                "model": "m",
+                "timings": {"cache_n": 2, "prompt_n": 3, "prompt_ms": 600.0},
+                "completion_probabilities": [{"top_logprobs": [{"id": 49, "logprob": -0.5}]}],
+            }
+        )
+
+    async def props(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.6)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/completion", completion)
+    app.router.add_get("/props", props)
+    server = TestServer(app)
+    await server.start_server()
+    up = Upstream(Settings(upstream_url=str(server.make_url("")), request_timeout_s=0.2))
+    try:
+        done = await up.complete([1, 2, 3, 4, 5], slot=0, cache=True, n_probs=1)
+        assert (done.read.logprobs, done.cached, done.seconds) == ({49: -0.5}, 2, 0.6)
+        with pytest.raises(UpstreamTimeout):
+            await up.total_slots()
+    finally:
+        await up.close()
+        await server.close()
