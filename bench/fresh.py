@@ -63,6 +63,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import shlex
 import statistics
 
 import aiohttp
@@ -291,6 +292,12 @@ def main() -> None:
     parser.add_argument(
         "--tickets", type=int, default=0, help="the first N tickets per round (default: all)"
     )
+    parser.add_argument(
+        "--llama-args",
+        default="",
+        help="more llama-server flags for every target (after make run's: a later flag "
+        "wins), e.g. '-c 8192' for a slow model's servers to fit in memory side by side",
+    )
     args = parser.parse_args()
     if args.segment and args.stock:
         parser.error("--stock adds a target at -ub 512, which --segment gives every target")
@@ -300,7 +307,7 @@ def main() -> None:
         def own_server(extra: list[str] | None = None) -> str:
             """A llama-server for one target alone, started as `make run` starts it
             (``extra`` appended to its flags: a later flag wins; ``--segment``: at -ub 512)."""
-            flags = (STOCK if args.segment else []) + (extra or [])
+            flags = (STOCK if args.segment else []) + shlex.split(args.llama_args) + (extra or [])
             return stack.enter_context(llama_server_process(extra=flags))[0]
 
         llama_url = own_server()

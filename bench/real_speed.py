@@ -1,0 +1,157 @@
+"""Decisions after start and after restarts, against a warm one, at a real model's speed.
+
+    .venv/bin/python bench/real_speed.py [--blocks 8] [--warm 5]   # the slow model
+    MODEL=path.gguf .venv/bin/python bench/real_speed.py            # any model
+
+The slow model (scripts/slow_model.py) is the default model with its blocks run
+``--blocks`` times: its answers, about a 1B model's compute. One llama-server as `make
+run` starts it, one proxy before it with a fresh verdicts file (``PROXY_CHECK_VERDICTS``).
+In one run, in this order:
+
+- the first start: seconds from the proxy's start to ``/health`` 200 (the self-check runs
+  before ready; its own time from the proxy's log), then the first and second decision;
+- warm decisions: new tickets of the same shape (the same options, one number new);
+- llama-server stopped and started again on its port: seconds from its own ``/health`` to
+  the proxy's, then the first and second decision;
+- the proxy stopped and started again with the verdict kept: start to ready, then the
+  first decision;
+- warm decisions again (the warm figure is the median of both sets, so drift across
+  the run falls on both sides).
+
+Prints each decision's seconds and its ratio to the warm median, and the readiness
+delays. Targets (issue 54): every ratio at most 1.1; ready within 5 s of llama-server's
+``/health`` with a kept verdict. Each ratio is one decision against a median of
+``2 x --warm``: rerun it to see the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._machine import command_line, describe  # noqa: E402
+from scripts.prepare import ensure_llama_server  # noqa: E402
+from scripts.probe import free_port  # noqa: E402
+from scripts.slow_model import ensure_slow_model  # noqa: E402
+from scripts.stack import (  # noqa: E402
+    CONNECTIONS,
+    UBATCH,
+    start_llama_server,
+    start_proxy,
+    stop,
+    wait_ready,
+)
+
+OPTIONS = ["billing", "shipping", "technical"]
+
+
+def ticket(n: int) -> dict:
+    text = f"Ticket {n}: since the last update the app closes when I open my order history."
+    return {"messages": [{"role": "user", "content": text}], "semif": {"options": OPTIONS}}
+
+
+def decide(url: str, n: int) -> float:
+    started = time.monotonic()
+    resp = httpx.post(url + "/v1/chat/completions", json=ticket(n), timeout=900)
+    resp.raise_for_status()
+    return time.monotonic() - started
+
+
+def ready_after(url: str, since: float) -> float:
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=30).status_code == 200:
+                return time.monotonic() - since
+        except httpx.TransportError:
+            pass
+        time.sleep(0.02)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=8, help="the slow model's K")
+    parser.add_argument("--warm", type=int, default=5, help="warm decisions, twice")
+    args = parser.parse_args()
+    model = Path(os.environ.get("MODEL") or ensure_slow_model(args.blocks))
+    binary = Path(os.environ.get("LLAMA_SERVER") or ensure_llama_server())
+    os.environ["MODEL"] = str(model)  # what describe() reports
+    print(command_line())
+    print(describe())
+    tmp = Path(tempfile.mkdtemp(prefix="real-speed-"))
+    logs = {name: open(tmp / f"{name}.log", "ab") for name in ("llama", "proxy")}
+    llama_port, proxy_port = free_port(), free_port()
+    llama_url, url = f"http://127.0.0.1:{llama_port}", f"http://127.0.0.1:{proxy_port}"
+    env = {**os.environ, "PROXY_CHECK_VERDICTS": str(tmp / "verdicts.json")}
+    numbers = iter(range(1000, 10**6))
+    rows: list[tuple[str, float]] = []
+    ready: list[tuple[str, float]] = []
+
+    def start_llama():
+        proc = start_llama_server(binary, model, llama_port, log=logs["llama"])
+        wait_ready(llama_url + "/health", proc, timeout_s=600)
+        return proc
+
+    def start_our_proxy():
+        return start_proxy(
+            proxy_port,
+            llama_url,
+            log=logs["proxy"],
+            env=env,
+            ubatch=UBATCH,
+            connections=CONNECTIONS,
+        )
+
+    llama = start_llama()
+    started = time.monotonic()
+    proxy = start_our_proxy()
+    try:
+        ready.append(("first start: proxy start to ready", ready_after(url, started)))
+        log = (tmp / "proxy.log").read_text()
+        check = re.search(r"self-check on \S+: .+? in ([\d.]+)s", log)
+        ready.append(("  of which the self-check", float(check[1]) if check else float("nan")))
+        rows += [("first decision after start", decide(url, next(numbers)))]
+        rows += [("second decision after start", decide(url, next(numbers)))]
+        warm = [decide(url, next(numbers)) for _ in range(args.warm)]
+
+        stop(llama)
+        llama = start_llama()
+        back = ready_after(url, time.monotonic())
+        ready.append(("llama-server restart: its /health to the proxy's", back))
+        rows += [("first decision after a llama-server restart", decide(url, next(numbers)))]
+        rows += [("second decision after it", decide(url, next(numbers)))]
+
+        stop(proxy)
+        started = time.monotonic()
+        proxy = start_our_proxy()
+        ready.append(("proxy restart, verdict kept: start to ready", ready_after(url, started)))
+        rows += [("first decision after a proxy restart", decide(url, next(numbers)))]
+        warm += [decide(url, next(numbers)) for _ in range(args.warm)]
+    finally:
+        stop(proxy)
+        stop(llama)
+    median = statistics.median(warm)
+    print(
+        f"\nwarm decision (a new ticket): median {median:.3f} s of n = {len(warm)}, "
+        f"range {min(warm):.3f}-{max(warm):.3f} s"
+    )
+    for name, seconds in ready:
+        print(f"{name:<52} {seconds:7.2f} s")
+    print()
+    for name, seconds in rows:
+        verdict = "ok" if seconds <= 1.1 * median else "OVER 1.1x"
+        print(f"{name:<52} {seconds:7.3f} s  {seconds / median:5.2f}x warm  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
