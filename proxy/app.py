@@ -80,18 +80,20 @@ def create_app(
 
 
 async def _settle(served: ServedModels, upstream: Upstream) -> None:
-    """Once llama-server answers, count its slots and run (or recall) the self-check, so
-    that it is done before the readiness probes say ready and no decision waits for it."""
+    """Watch llama-server for as long as the proxy serves: once it answers, and again each
+    time it comes back after a restart (down at any check here, up at the next), count its
+    slots and run (or recall) the self-check, so that it is done before the readiness probes
+    say ready and no decision waits for it: one ``/health`` call a second."""
     while True:
         try:
-            if await upstream.health() and await served.settled():
-                return
+            if await upstream.health():
+                await served.settled()
         except UpstreamError:
             pass  # loading, or gone again: asked again below
         await asyncio.sleep(_SETTLE_POLL_S)
 
 
-_SETTLE_POLL_S = 0.5
+_SETTLE_POLL_S = 1.0
 
 
 def _records_ctx(

@@ -868,24 +868,30 @@ class DecisionService:
         )
 
     async def _prime(self) -> None:
-        """With a kept verdict nothing was read: read the check's shortest prompt (the chat
-        template's opening, which every new conversation shares, and a word) into one slot,
-        as the check would have, so that the first decision after a start or a restart
-        reuses the opening as every later one does (the prefix scheme; the segment scheme
-        reuses only whole segments)."""
+        """With a kept verdict nothing was read: read the chat template's opening (what any
+        two conversations share: the common prefix of two one-word prompts) into one slot,
+        as the check's reads would have left it, so that the first decision after a start or
+        a restart reuses it as every later one does (the prefix scheme; the segment scheme
+        reuses only whole segments). A few dozen tokens: seconds on a slow model."""
         ubatch = self._reader.ubatch
         if not ubatch:
             return
         question = choice_question(list(CHECK_OPTIONS))
         _, labels = await self._catalogue.labels(len(question.names), NO_THINKING)
         block = self._prompts.layout(question, tuple(label for label, _ in labels))
-        convo = append_to_conversation(state_messages("Hi."), block)
-        found = await self._prompts.prompt(convo, block, NO_THINKING, ubatch)
-        if found is None:
+        prompts = []
+        for word in ("Hi.", "Yes."):
+            convo = append_to_conversation([{"role": "user", "content": word}], block)
+            found = await self._prompts.prompt(convo, block, NO_THINKING, ubatch)
+            if found is None:
+                return
+            prompts.append(found[0])
+        opening = prompts[0][: common_prefix(*prompts)]
+        if len(opening) < 2:
             return
         book = await self._reader.book()
         async with book.lease(()) as slot:
-            await self._reader.read(book, slot, *found, 1, ubatch)
+            await self._reader.read(book, slot, opening, len(opening), 1, ubatch)
 
     async def check(self) -> Check:
         """Read the known prompt four ways (decision/selfcheck.py) with every slot of
