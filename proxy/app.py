@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -149,6 +150,9 @@ def _upstream_ctx(
         settling = asyncio.get_running_loop().create_task(_settle(app[MODELS], upstream))
         yield
         settling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await settling
+        await app[MODELS].close()
         if given is None:
             await upstream.close()
 

@@ -99,6 +99,7 @@ class Reader:
             total = await self._discovery.total_slots()
             if self._book is None:  # the first to get here after the await makes it
                 self._book = SlotBook(worker_slots(total, *self._worker))
+                self._epoch = getattr(self._upstream, "epoch", 0)  # loading seen before
                 self._admission.limit_parallel(self._book.size, self)
                 lanes = getattr(self._upstream, "lanes", None)
                 if lanes is not None:  # a stand-in upstream in unit tests has none

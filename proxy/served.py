@@ -98,6 +98,11 @@ class ServedModels:
             return True
         return await self._single.settled()
 
+    async def close(self) -> None:
+        """Stop every model's self-check (a shutdown)."""
+        for service in {self._single, *self._services.values()}:
+            await service.close()
+
     def checks(self) -> dict[str, dict[str, object]]:
         """Each model's repeatability self-check (decision/selfcheck.py) by model id: the
         one model's, or a router's models that have answered a decision."""

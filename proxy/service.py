@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
-import random
-import time
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -32,7 +29,8 @@ import orjson
 from .admission import Admission, Work
 from .bounded import BoundedCache
 from .calibration.profile import Profile
-from .catalogue import NO_THINKING, LabelCatalogue, Labels, rendering_kwargs
+from .catalogue import LabelCatalogue, Labels, rendering_kwargs
+from .checking import SelfCheck
 from .cost import ONE, CostModel, kind_of
 from .deadlines import Deadline
 from .decision.debias import average, divide_out, rotate
@@ -41,14 +39,13 @@ from .decision.prompt import (
     CONTENT_FREE,
     DEFAULT_LAYOUT,
     PROMPT_FORMAT_VERSIONS,
-    append_to_conversation,
     content_free,
     lay_out,
     state_messages,
 )
-from .decision.question import Question, choice_question
+from .decision.question import Question
 from .decision.readout import decide
-from .decision.selfcheck import CHECK_OPTIONS, CHECK_TEXT, OTHER_TEXT, Check, compare
+from .decision.selfcheck import Check
 from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse
 from .kv import Held, common_prefix, dropped, plan, plan_prefix
@@ -57,7 +54,7 @@ from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
 from .prompt_cache import Prompt, PromptCache
 from .reader import Reader, short
 from .upstream import ModelInfo, NextToken, Upstream
-from .verdicts import Verdicts, file_stamp, verdict_key
+from .verdicts import Verdicts
 
 __all__ = ["Answered", "Asked", "DecisionService", "Outcome", "read_widths"]
 
@@ -65,14 +62,9 @@ _WIDE_READ = 1024
 _UNKNOWN_VOCAB = 1 << 18  # llama-server clamps n_probs to its vocabulary
 _MAX_CONTENT_FREE = 256  # content-free answers (contextual calibration) remembered ...
 _MAX_FREE_KEY = 64 * 1024  # ... for questions up to this size (JSON bytes)
-CHECK_ATTEMPTS = 3  # a failing self-check is made again, this many times in all ...
-CHECK_PAUSE_S = (1.0, 3.0)  # ... after a pause of this many seconds (uniform)
-# The whole self-check, retries included, at most (about 1,300 tokens: 150 s for a 1B model
-# at 20 prompt tokens/s, 600 s at 2-3 for a 4B one): past it the proxy is ready unchecked
-# (repeatable: null), within the Kubernetes start-up probe's and SageMaker's limits.
-CHECK_BOUND_S = 600.0
 _MAX_OPTION_COUNTS = 32  # option counts whose reads-needed are remembered
-_MAX_LABEL_SETS = 256  # label sets whose sufficient read width is remembered
+_MAX_LABEL_SETS = 256  # label sets whose sufficient read width is remembered ...
+_NARROW_AGAIN = 32  # ... for this many decisions, then the first width is tried again
 _LEAST_WEIGHT = 1e-300  # a content-free probability that underflowed still divides
 _NOTHING: Mapping[str, tuple[int, ...]] = MappingProxyType({})
 log = logging.getLogger("proxy")
@@ -191,20 +183,26 @@ class DecisionService:
             worker=worker,
             admission=self._admission,
             metrics=metrics,
-            on_fresh=self._start_check,
+            on_fresh=lambda: self.self_check.start(),
         )
-        self._check = Check(self.scheme, None)
-        self._checking: asyncio.Task[None] | None = None
-        self._self_check = self_check  # run check() when the slots are first counted
-        # with --workers, a file whose lock the workers' self-checks take in turn
-        self._check_lock = check_lock
-        self._verdicts = verdicts or Verdicts(None)  # kept across llama-server's restarts
+        self.self_check = SelfCheck(
+            upstream,
+            self._reader,
+            self._prompts,
+            self._catalogue,
+            n_probs=n_probs,
+            metrics=metrics,
+            model=self.model,
+            enabled=self_check,  # run when the slots are first counted, and on restarts
+            lock=check_lock,  # with --workers, a file the workers' checks take in turn
+            verdicts=verdicts,
+        )
         # (question, template, layout) JSON -> the content-free answer: see _free_answer
         self._content_free: BoundedCache[bytes, tuple[float, ...]] = BoundedCache(_MAX_CONTENT_FREE)
         # option count -> reads its last decision took
         self._reads_needed: BoundedCache[int, int] = BoundedCache(_MAX_OPTION_COUNTS)
-        # label token ids -> the read width that held them all last time (see _read)
-        self._widths: BoundedCache[tuple[int, ...], int] = BoundedCache(_MAX_LABEL_SETS)
+        # label token ids -> (the read width that held them all, decisions started there)
+        self._widths: BoundedCache[tuple[int, ...], tuple[int, int]] = BoundedCache(_MAX_LABEL_SETS)
 
     # -- the pipeline ---------------------------------------------------------------
 
@@ -684,7 +682,8 @@ class DecisionService:
         used by a read queued behind it meanwhile, so on a slow model each can cost the
         whole prompt: the width that held these labels last time is where the next
         decision on them starts (the numbers are the same at any width: one forward
-        pass), so extra reads are made once per label set, not once per decision."""
+        pass), so extra reads are made once per label set (and a narrow read tried again
+        every ``_NARROW_AGAIN`` decisions), not once per decision."""
         info, labels, convo, tokens, ubatch = prepared
         names = tuple(label for label, _ in labels)
         ids = [tid for _, tid in labels]
@@ -705,10 +704,8 @@ class DecisionService:
             segment, by_prefix=bool(ubatch), short=queued, own=own, wait=not spread
         ) as slot:
             widths = read_widths(self._n_probs, len(labels), info.n_vocab)
-            sufficed = self._widths.get(tuple(ids))  # the last read of these labels
-            if sufficed in widths:  # starts where it found them all: one read, not three
-                widths = widths[widths.index(sufficed) :]
-            for width in widths:
+            width_from = self._width_from(tuple(ids), widths)
+            for width in widths[widths.index(width_from) :]:
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
                     book.holds[slot] = None
                     read = await self._upstream.next_token(
@@ -729,7 +726,7 @@ class DecisionService:
                 logprobs = read.of(ids)
                 if logprobs is not None:
                     self._reads_needed.put(len(labels), reads)
-                    self._widths.put(tuple(ids), width)
+                    self._width_held(tuple(ids), widths, width_from, width)
                     return Outcome(  # each read sent the whole prompt (mostly cached)
                         decide(question, logprobs),
                         tuple(names),
@@ -739,7 +736,7 @@ class DecisionService:
                         reads,
                         input_tokens=first.prompt_tokens * reads,
                         read_scheme=self.scheme if tokens is not None else "chat",
-                        repeatable=self._check.repeatable if tokens is not None else False,
+                        repeatable=self.checked.repeatable if tokens is not None else False,
                         layout=layout,
                         prompt_ids=tokens[0] if tokens is not None else (),
                     )
@@ -749,7 +746,25 @@ class DecisionService:
             "even over the whole vocabulary"
         )
 
-    # -- the self-check (decision/selfcheck.py) ----------------------------------
+    def _width_from(self, ids: tuple[int, ...], widths: list[int]) -> int:
+        """The width a read of the labels ``ids`` starts at: where the last one found them
+        all, unless that was ``_NARROW_AGAIN`` decisions ago (one narrow read then tells
+        whether they still need it), else the first."""
+        held = self._widths.get(ids)
+        if held is None or held[0] not in widths or held[1] >= _NARROW_AGAIN:
+            return widths[0]
+        return held[0]
+
+    def _width_held(self, ids: tuple[int, ...], widths: list[int], began: int, held: int) -> None:
+        """Remember where the labels ``ids`` were found (nothing when at the first width)."""
+        if held == widths[0]:
+            self._widths.pop(ids)
+            return
+        before = self._widths.get(ids)
+        started_there = before is not None and began == held == before[0]
+        self._widths.put(ids, (held, before[1] + 1 if started_there and before else 1))
+
+    # -- the self-check (proxy/checking.py) -----------------------------------------
 
     @property
     def scheme(self) -> str:
@@ -759,179 +774,14 @@ class DecisionService:
     @property
     def checked(self) -> Check:
         """The latest self-check (``repeatable`` None while none has finished)."""
-        return self._check
-
-    def _start_check(self) -> None:
-        if not self._self_check:
-            return
-        if self._checking is None or self._checking.done():
-            self._check = Check(self.scheme, None)
-            self._checking = asyncio.get_running_loop().create_task(self._check_in_turn())
+        return self.self_check.result
 
     async def settled(self) -> bool:
-        """Whether the self-check has settled (a verdict, kept or new, or "not checked"),
-        starting it if llama-server's slots were never counted or it came back since: the
-        readiness probes answer "checking" until then, so no decision waits for it."""
-        await self._reader.book()  # the first count, or a restart seen, starts the check
-        return self._checking is None or self._checking.done()
+        """Whether the self-check has settled (``SelfCheck.settled``)."""
+        return await self.self_check.settled()
 
-    async def _check_in_turn(self) -> None:
-        started = time.monotonic()
-        try:
-            async with _one_process_at_a_time(self._check_lock):
-                async with asyncio.timeout(CHECK_BOUND_S):
-                    await self._settle_check()
-        except TimeoutError:
-            log.warning(
-                "the repeatability self-check took more than %.0fs (a slow model): the proxy "
-                "serves unchecked, and answers say repeatable: null",
-                CHECK_BOUND_S,
-            )
-            self._check = Check(self.scheme, None, f"not checked: over {CHECK_BOUND_S:.0f}s")
-            return
-        except Exception as exc:  # noqa: BLE001 - a check that cannot run decides nothing
-            log.warning("the repeatability self-check could not run: %s", exc)
-            self._check = Check(self.scheme, None, f"not checked: {exc}")
-            return
-        log.info(
-            "repeatability self-check on %s: %s in %.1fs (%s)",
-            self.scheme,
-            "repeatable" if self._check.repeatable else "not repeatable",
-            time.monotonic() - started,
-            self._check.detail,
-        )
-        if self._check.repeatable is False:
-            log.warning(
-                "repeatable reads failed the self-check (%s): answers say repeatable: false",
-                self._check.detail,
-            )
-        if self._metrics and self._check.repeatable is not None:
-            self._metrics.repeatable.labels((await self.model()).id).set(
-                1.0 if self._check.repeatable else 0.0
-            )
-
-    async def _settle_check(self) -> None:
-        """The self-check, falling back to the segment scheme when the prefix scheme fails."""
-        check = await self._check_again_if_it_fails()
-        if check.repeatable is False and self._reader.ubatch:
-            log.warning(
-                "repeatable reads failed the self-check with the prefix scheme "
-                "(%s); falling back to the segment scheme",
-                check.detail,
-            )
-            self._reader.ubatch = 0
-            self._reader.forget()
-            self._prompts.forget_prompts()  # remembered without their segment's length
-            check = await self._check_again_if_it_fails()
-        self._check = check
-
-    async def _check_again_if_it_fails(self) -> Check:
-        """A kept verdict for this server as it is now (proxy/verdicts.py), else ``check``,
-        made again after a pause while it fails, ``CHECK_ATTEMPTS`` times at
-        most. Reads of other slots evaluated in the same llama-server batches change the
-        kernels a read goes through (llama.cpp gives each sequence of a batch as many
-        tokens as the one with fewest: a one-token read or a generation's token beside a
-        prompt makes that prompt's rows one-token rows too): another worker's decisions
-        or a relayed generation can make one check fail, where a build whose kernels
-        differ fails every time."""
-        key = await self._verdict_key()
-        kept = self._verdicts.get(key)
-        if kept is not None:
-            await self._prime()
-            return kept
-        check = await self.check()
-        for attempt in range(1, CHECK_ATTEMPTS):
-            if check.repeatable is not False:
-                break
-            log.info(
-                "the repeatability self-check failed (%s), attempt %d of %d; checking again",
-                check.detail,
-                attempt,
-                CHECK_ATTEMPTS,
-            )
-            await asyncio.sleep(random.uniform(*CHECK_PAUSE_S))
-            check = await self.check()
-        self._verdicts.put(key, check)
-        return check
-
-    async def _verdict_key(self) -> str:
-        """What decides this server's verdict (proxy/verdicts.py), asked anew each time:
-        llama-server may have come back as another build or with another model."""
-        identity = await self._upstream.identity()
-        book = await self._reader.book()
-        return verdict_key(
-            identity,
-            model_file=file_stamp(str(identity.get("path") or "")),
-            cpu=self._verdicts.cpu,
-            scheme=self.scheme,
-            slots=book.size,
-        )
-
-    async def _prime(self) -> None:
-        """With a kept verdict nothing was read: read the chat template's opening (what any
-        two conversations share: the common prefix of two one-word prompts) into one slot,
-        as the check's reads would have left it, so that the first decision after a start or
-        a restart reuses it as every later one does (the prefix scheme; the segment scheme
-        reuses only whole segments). A few dozen tokens: seconds on a slow model."""
-        ubatch = self._reader.ubatch
-        if not ubatch:
-            return
-        question = choice_question(list(CHECK_OPTIONS))
-        _, labels = await self._catalogue.labels(len(question.names), NO_THINKING)
-        block = self._prompts.layout(question, tuple(label for label, _ in labels))
-        prompts = []
-        for word in ("Hi.", "Yes."):
-            convo = append_to_conversation([{"role": "user", "content": word}], block)
-            found = await self._prompts.prompt(convo, block, NO_THINKING, ubatch)
-            if found is None:
-                return
-            prompts.append(found[0])
-        opening = prompts[0][: common_prefix(*prompts)]
-        if len(opening) < 2:
-            return
-        book = await self._reader.book()
-        async with book.lease(()) as slot:
-            await self._reader.read(book, slot, opening, len(opening), 1, ubatch)
-
-    async def check(self) -> Check:
-        """Read the known prompt four ways (decision/selfcheck.py) with every slot of
-        this service leased, so that no decision runs beside the reads."""
-        scheme, ubatch = self.scheme, self._reader.ubatch
-        kwargs = NO_THINKING
-        question = choice_question(list(CHECK_OPTIONS))
-        info, labels = await self._catalogue.labels(len(question.names), kwargs)
-        block = self._prompts.layout(question, tuple(label for label, _ in labels))
-        width = self._n_probs
-
-        async def tokens_of(text: str) -> tuple[tuple[int, ...], int]:
-            convo = append_to_conversation(state_messages(text), block)
-            found = await self._prompts.prompt(convo, block, kwargs, ubatch)
-            if found is None:
-                raise UpstreamBadResponse("the chat template hides the question")
-            return found
-
-        known, other, opening = [await tokens_of(t) for t in (CHECK_TEXT, OTHER_TEXT, "Hi.")]
-        book = await self._reader.book()
-        reads = []
-        async with contextlib.AsyncExitStack() as stack:
-            slots = [await stack.enter_async_context(book.lease(())) for _ in range(book.size)]
-            a, b = slots[0], slots[-1]
-
-            async def read(slot: int, prompt: tuple[tuple[int, ...], int]) -> dict:
-                done, _ = await self._reader.read(book, slot, *prompt, width, ubatch)
-                return done.logprobs
-
-            book.holds[a] = None
-            reads.append(await read(a, known))
-            await read(a, other)
-            reads.append(await read(a, known))
-            reads.append(await read(a, known))
-            await read(b, opening)
-            reads.append(await read(b, known))
-        same, detail = compare(reads)
-        if len(slots) < 2:
-            detail += " (one slot: the other-slot read used the same one)"
-        return Check(scheme, same, detail, time.time())
+    async def close(self) -> None:
+        await self.self_check.close()
 
 
 def _free_key(
@@ -990,21 +840,3 @@ def _text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
         elif content is not None and not isinstance(content, str):
             return False
     return True
-
-
-@contextlib.asynccontextmanager
-async def _one_process_at_a_time(path: Path | None) -> AsyncIterator[None]:
-    """Hold an exclusive lock on ``path`` (``fcntl.flock``, created if missing) for the
-    block, so that the workers take turns (None: one process, no lock). It waits by
-    trying again every 50 ms, so a cancel while waiting (a shutdown) ends it at once."""
-    if path is None:
-        yield
-        return
-    with open(path, "ab") as handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(0.05)
-        yield  # closing the file lets the lock go

@@ -252,6 +252,7 @@ class Upstream:
         self._retry_after = settings.retry_after_s
         self._down_since: float | None = None  # when llama-server stopped answering
         self._comebacks = [0]  # shared by for_model's copies: times llama-server came back
+        self._ready_once = False  # its /health answered 200 once
         self.lanes = Lanes(settings.max_connections)  # shared by for_model's copies too
         self._lane_wait_s = settings.request_timeout_s
         # Streams may run longer than one call; they are bounded between chunks instead.
@@ -516,7 +517,11 @@ class Upstream:
         except (aiohttp.ClientError, OSError) as exc:
             self._mark_down(type(exc).__name__)
             return False
-        self._mark_up()
+        if status == 200:
+            self._mark_up()
+            self._ready_once = True
+        elif self._ready_once:  # ready before, loading now: it restarted between two calls
+            self._mark_down(f"its /health answers {status}")
         return status == 200
 
     def _mark_down(self, why: str) -> None:

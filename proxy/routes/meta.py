@@ -7,7 +7,7 @@ import datetime as dt
 from aiohttp import web
 
 from ..app_keys import METRICS, MODELS, PEERS, UPSTREAM
-from ..errors import NotFound, UpstreamError
+from ..errors import NotFound, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from ..metrics import CONTENT_TYPE, merged
 from ..peers import peer_metrics
 from ..served import UnknownModel
@@ -44,8 +44,10 @@ async def _readiness(app: web.Application) -> str:
         return "loading"
     try:
         settled = await app[MODELS].settled()
-    except UpstreamError:
+    except (UpstreamUnavailable, UpstreamTimeout):
         return "loading"
+    except UpstreamError:  # no /props, refused credentials: decisions will say so
+        return "ok"
     return "ok" if settled else "checking"
 
 

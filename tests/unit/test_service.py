@@ -425,7 +425,7 @@ async def test_a_long_prompt_on_a_changed_slot_reads_on_from_rows_within_256_cel
 
 async def test_the_self_check_passes_when_every_way_reads_the_same():
     up = RecordedUpstream([SAME] * 6)  # four reads of the known prompt, two of others
-    check = await DecisionService(up, n_probs=8, ubatch=63).check()
+    check = await DecisionService(up, n_probs=8, ubatch=63).self_check.check()
     assert (check.scheme, check.repeatable, check.detail) == (
         "prefix-63",
         True,
@@ -445,7 +445,7 @@ async def test_the_self_check_passes_when_every_way_reads_the_same():
 )
 async def test_the_self_check_fails_on_a_server_whose_numbers_move(reads, way):
     up = RecordedUpstream(reads)
-    check = await DecisionService(up, n_probs=8, ubatch=63).check()
+    check = await DecisionService(up, n_probs=8, ubatch=63).self_check.check()
     assert check.repeatable is False
     assert check.detail.startswith(f"the read {way} differs from the one from an unknown slot")
     assert "largest log-probability change 1e-07" in check.detail
@@ -457,14 +457,14 @@ FAILING = [SAME, SAME, MOVED, SAME, SAME, SAME]  # a self-check whose second rea
 @pytest.fixture
 def no_pause(monkeypatch):
     """A failed self-check is made again at once."""
-    monkeypatch.setattr("proxy.service.CHECK_PAUSE_S", (0.0, 0.0))
+    monkeypatch.setattr("proxy.checking.CHECK_PAUSE_S", (0.0, 0.0))
 
 
 async def test_a_self_check_that_fails_once_is_made_again_and_passes(no_pause, caplog):
     up = RecordedUpstream(FAILING + [SAME] * 6 + [SAME])
     service = DecisionService(up, n_probs=8, ubatch=63)
     with caplog.at_level("INFO", logger="proxy"):
-        await service._check_in_turn()
+        await service.self_check.run()
     # another slot's reads in the same batches moved it once: the prefix scheme stays
     assert (service.scheme, service.checked.repeatable) == ("prefix-63", True)
     assert "failed (the read after another conversation in the same slot differs" in caplog.text
@@ -479,11 +479,11 @@ async def test_self_checks_take_turns_on_a_lock_file(tmp_path, no_pause):
     second = DecisionService(RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, check_lock=lock)
     with open(lock, "ab") as held:  # another process's check holds it
         fcntl.flock(held, fcntl.LOCK_EX)
-        waiting = asyncio.create_task(first._check_in_turn())
+        waiting = asyncio.create_task(first.self_check.run())
         await asyncio.sleep(0.2)
         assert not waiting.done() and first.checked.repeatable is None
     await asyncio.wait_for(waiting, 5)
-    await second._check_in_turn()
+    await second.self_check.run()
     assert first.checked.repeatable is True and second.checked.repeatable is True
 
 
@@ -494,7 +494,7 @@ async def test_a_failed_prefix_check_falls_back_to_the_segment_scheme_and_answer
     up = RecordedUpstream(FAILING * 3 + [SAME] * 6 + [SAME])
     service = DecisionService(up, n_probs=8, ubatch=63, metrics=metrics)
     assert service.checked.repeatable is None
-    await service._check_in_turn()
+    await service.self_check.run()
     assert (service.scheme, service.checked.repeatable) == ("segment", True)
     assert metrics.repeatable.labels("smollm2")._value.get() == 1.0
     out = await service.decide([{"role": "user", "content": "q"}], choice_question(list("xyz")))
@@ -504,7 +504,7 @@ async def test_a_failed_prefix_check_falls_back_to_the_segment_scheme_and_answer
 async def test_answers_say_repeatable_false_when_the_check_failed(no_pause):
     up = RecordedUpstream(FAILING * 3 + [MOVED])
     service = DecisionService(up, n_probs=8)  # the segment scheme: nothing to fall back to
-    await service._check_in_turn()
+    await service.self_check.run()
     out = await service.decide([{"role": "user", "content": "q"}], choice_question(list("xyz")))
     assert (out.read_scheme, out.repeatable) == ("segment", False)
 
@@ -789,12 +789,12 @@ async def test_a_kept_verdict_reads_nothing_but_the_opening_into_one_slot(no_pau
 
     kept = Verdicts(None)
     first = DecisionService(RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, verdicts=kept)
-    await first._check_in_turn()
+    await first.self_check.run()
     assert first.checked.repeatable is True
     # llama-server came back (or the proxy started again with the file): the same key
     up = RecordedUpstream([{49: -1.0}])  # the one read the opening needs
     again = DecisionService(up, n_probs=8, ubatch=63, verdicts=kept)
-    await again._check_in_turn()
+    await again.self_check.run()
     assert again.checked.repeatable is True and "(kept from the check at " in again.checked.detail
     [(_, sent, cache, _, _)] = up.requests  # one request: the opening, into one slot
     assert cache and "".join(map(chr, sent)) == "<|im_start|>user\n"  # what prompts share
@@ -806,17 +806,17 @@ async def test_another_model_is_checked_anew_though_a_verdict_is_kept(no_pause):
     kept = Verdicts(None)
     await DecisionService(
         RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, verdicts=kept
-    )._check_in_turn()
+    ).self_check.run()
     up = RecordedUpstream([SAME] * 6)
     up.model = "another"  # identity() names it: another key
     service = DecisionService(up, n_probs=8, ubatch=63, verdicts=kept)
-    await service._check_in_turn()
+    await service.self_check.run()
     assert service.checked.repeatable is True and "kept" not in service.checked.detail
     assert len([r for r in up.requests if r]) >= 6
 
 
 async def test_a_self_check_past_its_bound_leaves_the_proxy_unchecked(monkeypatch, caplog):
-    monkeypatch.setattr("proxy.service.CHECK_BOUND_S", 0.05)
+    monkeypatch.setattr("proxy.checking.CHECK_BOUND_S", 0.05)
     up = RecordedUpstream([SAME] * 6)
     original = up.complete
 
@@ -826,7 +826,44 @@ async def test_a_self_check_past_its_bound_leaves_the_proxy_unchecked(monkeypatc
 
     up.complete = slow
     service = DecisionService(up, n_probs=8, ubatch=63)
-    await service._check_in_turn()
+    await service.self_check.run()
     assert service.checked.repeatable is None
-    assert service.checked.detail == "not checked: over 0s"
+    assert service.checked.detail == "not checked: over 0 s"
     assert "took more than 0s" in caplog.text
+
+
+async def test_a_check_cut_short_by_llama_server_going_away_is_made_again(no_pause):
+    from proxy.errors import UpstreamUnavailable
+
+    up = RecordedUpstream([SAME] * 6)
+    real = up.identity
+    calls = []
+
+    async def away_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise UpstreamUnavailable("llama-server is not ready: Loading model")
+        return await real()
+
+    up.identity = away_once
+    service = DecisionService(up, n_probs=8, ubatch=63, self_check=True)
+    assert await service.settled() is False  # the first count starts it
+    await asyncio.wait_for(service.self_check._task, 5)
+    assert service.checked.detail.startswith("not checked: llama-server is not ready")
+    assert await service.settled() is False  # due again: started once more
+    await asyncio.wait_for(service.self_check._task, 5)
+    assert await service.settled() is True and service.checked.repeatable is True
+
+
+async def test_a_remembered_width_is_tried_narrow_again_after_a_while(monkeypatch):
+    monkeypatch.setattr("proxy.service._NARROW_AGAIN", 2)
+    narrow, wide = {49: -9.0, 7: -0.01}, {49: -9.0, 7: -0.01, 51: -11.0}
+    up = RecordedUpstream([narrow, narrow, wide, wide, narrow, narrow, wide])
+    service = DecisionService(up, n_probs=8)
+    question = choice_question(["x", "y"])
+    reads = [
+        (await service.decide([{"role": "user", "content": c}], question)).reads for c in "qrs"
+    ]
+    # kept for two decisions (the one that widened and the next), then narrow again
+    assert reads == [3, 1, 3]
+    assert up.widths == [8, 1024, 49152, 49152, 8, 1024, 49152]
