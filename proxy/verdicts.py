@@ -13,7 +13,14 @@ model it takes tens of seconds; a verdict already reached for the same key is ke
 The store is one JSON file (``--check-verdicts``), read at start and rewritten whole on
 each new verdict (a temporary file renamed over it, so a reader never sees half of
 one). Workers of one server share it: each adds its verdicts to what the file holds.
-A verdict that was "not checked" (the check could not run) is never kept.
+Only a verdict that reads held is kept: a failed check may come from reads of other
+processes batched with it (another worker's decisions, a relayed generation), so it is
+made again at the next start, and one that could not run decides nothing.
+
+What the key cannot see: llama-server's flags that ``/props`` does not report (``-fa``,
+``-ctk``/``-ctv``, ``-b``, threads, GPU offload; ``-ub`` is the proxy's
+``--upstream-ubatch``, part of the scheme) and, where llama-server runs on another host
+than the proxy, that host's CPU. After changing those, delete the file.
 """
 
 from __future__ import annotations
@@ -117,13 +124,13 @@ class Verdicts:
             return None
         return Check(
             str(entry["scheme"]),
-            bool(entry["repeatable"]),
+            True,
             f"{entry['detail']} (kept from the check at {entry['checked_at']:.0f})",
             float(entry["checked_at"]),
         )
 
     def put(self, key: str, check: Check) -> None:
-        if check.repeatable is None:
+        if check.repeatable is not True:
             return
         self._kept = {**self._read(), **self._kept}
         self._kept[key] = {
@@ -167,7 +174,7 @@ def _valid(entry: Any) -> bool:
     return (
         isinstance(entry, dict)
         and isinstance(entry.get("scheme"), str)
-        and isinstance(entry.get("repeatable"), bool)
+        and entry.get("repeatable") is True
         and isinstance(entry.get("detail"), str)
         and isinstance(entry.get("checked_at"), int | float)
     )
