@@ -55,15 +55,15 @@ __all__ = [
 
 @contextlib.contextmanager
 def _serving(
-    start: Callable[[int, IO[bytes]], subprocess.Popen], timeout_s: float
+    start: Callable[[int, IO[bytes]], subprocess.Popen], timeout_s: float, path: str = "/health"
 ) -> Iterator[tuple[str, subprocess.Popen]]:
-    """Start a server on a free port (its output to a temporary log), wait for its
-    /health, yield its URL and process, stop it on the way out."""
+    """Start a server on a free port (its output to a temporary log), wait for ``path``
+    to answer 200, yield its URL and process, stop it on the way out."""
     port = free_port()
     with tempfile.TemporaryFile() as log:
         proc = start(port, log)
         try:
-            wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=timeout_s)
+            wait_ready(f"http://127.0.0.1:{port}{path}", proc, timeout_s=timeout_s)
             yield f"http://127.0.0.1:{port}", proc
         finally:
             stop(proc)
@@ -111,13 +111,13 @@ def proxy_process(
             port, upstream_url, extra, log=log, ubatch=ubatch, connections=ubatch and CONNECTIONS
         ),
         timeout_s=30,
+        path="/livez",
     ) as served:
-        if ubatch:
-            _settle(served[0])
+        _settle(served[0])
         yield served
 
 
-def _settle(url: str, timeout_s: float = 300) -> None:
+def _settle(url: str, timeout_s: float = 900) -> None:
     """Until the proxy is ready: its self-check (proxy/decision/selfcheck.py), a start-up
     cost read with every slot leased that no measurement should include, runs before
     ``/health`` says ok (or is recalled from a kept verdict, proxy/verdicts.py)."""

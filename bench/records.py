@@ -113,8 +113,8 @@ def proxy_with(sink: str, upstream_url: str, ubatch: int | None) -> Iterator[dic
             drained = Drained(proc.stdout) if sink == "pipe" else None
             url = f"http://127.0.0.1:{port}"
             try:
-                wait_ready(url + "/health", proc, timeout_s=30)
-                _settle(url)
+                wait_ready(url + "/livez", proc, timeout_s=30)
+                _settle(url)  # /health: once the self-check has settled
                 yield {"url": url, "proc": proc, "path": path, "drained": drained}
             finally:
                 stop(proc)

@@ -67,6 +67,10 @@ __all__ = [
 # 2 rendering and tokenising calls, its health check and one for a person's curl; the
 # proxy is told to use all but that one (``CONNECTIONS``; docs/operations.md).
 UBATCH = 63
+# The proxy is ready once its repeatability self-check has settled: at most 600 s
+# (proxy/checking.py CHECK_BOUND_S; about 3 minutes for a 1B model on 2 cores, seconds once
+# its verdict is kept), plus its start.
+PROXY_READY_S = 660.0
 SLOTS = 4
 HTTP_THREADS = 2 * SLOTS + 4
 CONNECTIONS = HTTP_THREADS - 1
@@ -359,12 +363,17 @@ def main() -> int:
         ),
         f"http://127.0.0.1:{proxy_port}/health",
         lambda rc, log: f"exited with {rc}; its output ends:\n{log_tail(log)}",
-        30.0,
+        PROXY_READY_S,
     )
     children = [llama, proxy]
     try:
         for child in children:
             child.start()
+            if child is proxy:
+                _say(
+                    "the proxy checks that its reads repeat bit for bit before it says ready: "
+                    "about 1,300 prompt tokens the first time, then the verdict is kept"
+                )
             child.wait_ready()
         if "-ngl" in choice_args and not llama.offloaded_layers():
             _say(
