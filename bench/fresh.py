@@ -4,6 +4,8 @@ run, at concurrency 1 and 8.
 
     .venv/bin/python bench/fresh.py [--rounds 5] [--tickets N]   # tickets, the default layout
     .venv/bin/python bench/fresh.py --routing [--rounds 5]       # a ticket router
+    MODEL=$(make -s slow-model) .venv/bin/python bench/fresh.py --tickets 8 --rounds 3 \
+        --llama-args '-c 8192' --deadline 300                    # at a real model's speed
 
 bench/overhead.py measures a replay: one prompt sent again and again, which the
 slot's cache serves. Here every request is a new conversation (each ticket of
@@ -177,14 +179,20 @@ async def labels_of(proxy_url: str, body: bytes) -> list[str]:
     return list(answer["labels"].values())
 
 
-async def measure(targets, tickets, rounds: int, concurrency: int, numbers) -> dict[str, list]:
+async def measure(
+    targets, tickets, rounds: int, concurrency: int, numbers, deadline_s: float = 0.0
+) -> dict[str, list]:
     """Per target, one (latencies, wall time) per round. At concurrency 1 each ticket goes
     to every target in turn (rotating order) before the next ticket, so the targets'
     latencies pair ticket by ticket and drift between tickets falls on all of them; the
     wall time is then the sum of the latencies. Above 1, each target sends the round's
     tickets in one block."""
     out: dict[str, list] = {name: [] for name in targets}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
+    # --deadline: every request asks for it (llama-server ignores the header)
+    headers = {"X-Semif-Deadline": f"{deadline_s:g}"} if deadline_s else None
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=64), headers=headers
+    ) as session:
         for i in range(rounds):
             if concurrency == 1:
                 latencies: dict[str, list[float]] = {name: [] for name in targets}
@@ -298,6 +306,14 @@ def main() -> None:
         help="more llama-server flags for every target (after make run's: a later flag "
         "wins), e.g. '-c 8192' for a slow model's servers to fit in memory side by side",
     )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=0.0,
+        help="seconds each decision asks for (X-Semif-Deadline; 0: the proxy's 50 s). On a slow "
+        "model 8 tickets at once take longer than 80%% of 50 s, and admission refuses the "
+        "last ones (429), where llama-server alone queues them: a batch caller's deadline",
+    )
     args = parser.parse_args()
     if args.segment and args.stock:
         parser.error("--stock adds a target at -ub 512, which --segment gives every target")
@@ -343,7 +359,8 @@ def main() -> None:
         targets["one-token"] = (one_url + "/completion", one_token_body(one_url))
         tickets = tickets[: args.tickets or None]
         results = {
-            c: asyncio.run(measure(targets, tickets, args.rounds, c, numbers)) for c in (1, 8)
+            c: asyncio.run(measure(targets, tickets, args.rounds, c, numbers, args.deadline))
+            for c in (1, 8)
         }
     print(describe())
     print(

@@ -132,7 +132,10 @@ def test_no_decision_waits_for_the_self_check_after_start_or_restarts(
 
 
 async def _burst(url: str, bodies: list[dict]) -> tuple[float, list[float], list[int]]:
-    async with httpx.AsyncClient(timeout=WAIT_S) as http:
+    # a batch caller's deadline: 8 at once on a slow CPU can pass 80% of the default 50 s,
+    # and admission would refuse the last (429) where llama-server alone queues them
+    headers = {"X-Semif-Deadline": str(WAIT_S)}
+    async with httpx.AsyncClient(timeout=WAIT_S, headers=headers) as http:
 
         async def one(body: dict) -> tuple[float, int]:
             started = time.monotonic()
