@@ -117,7 +117,8 @@ def _upstream_ctx(
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         upstream = given or Upstream(app[SETTINGS])
         kept = app[SETTINGS].check_verdicts
-        verdicts = Verdicts(Path(kept).expanduser() if kept else None, cpu=this_cpu())
+        path = None if kept in ("", "off") else Path(kept).expanduser()
+        verdicts = Verdicts(path, cpu=this_cpu())
         app[UPSTREAM] = upstream
         settings = app[SETTINGS]
         admission = Admission(

@@ -191,6 +191,9 @@ class SelfCheck:
         key = await self._key()
         kept = self._verdicts.get(key)
         if kept is not None:
+            costs = self._verdicts.costs(key)
+            if costs is not None and self._reader.cost.observed == 0:
+                self._reader.cost.restore(costs)  # what the check's reads would have taught
             await self._prime()
             return kept
         check = await self.check()
@@ -205,7 +208,7 @@ class SelfCheck:
             )
             await asyncio.sleep(random.uniform(*CHECK_PAUSE_S))
             check = await self.check()
-        self._verdicts.put(key, check)
+        self._verdicts.put(key, check, self._reader.cost.state())
         return check
 
     async def _key(self) -> str:
@@ -245,7 +248,7 @@ class SelfCheck:
             return
         book = await self._reader.book()
         async with book.lease(()) as slot:
-            await self._reader.read(book, slot, opening, len(opening), 1, ubatch)
+            await self._reader.read(book, slot, opening, len(opening), 1, ubatch, teach=False)
 
     async def check(self) -> Check:
         """Read the known prompt four ways (decision/selfcheck.py) with every slot of

@@ -49,7 +49,7 @@ class Settings:
     decision_records_inputs: bool = False  # the conversation or state in each record
     decision_records_key_file: str = ""  # the prompt hashes' HMAC key ("": random per start)
     decision_records_buffer: int = 10_000  # records queued for the sink; dropped beyond
-    check_verdicts: str = "~/.cache/semif-sidecar/self-check.json"  # "": in memory only
+    check_verdicts: str = "~/.cache/semif-sidecar/self-check.json"  # off: in memory only
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -212,10 +212,10 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "check_verdicts": (
         "PROXY_CHECK_VERDICTS",
-        "file that keeps the repeatability self-check's verdicts across restarts, keyed by "
-        "llama-server's build, model and flags, the read scheme and the CPU "
-        "(proxy/verdicts.py); a kept verdict makes the proxy ready without the check's "
-        "reads; '' keeps them in memory only (llama-server's restarts)",
+        "file that keeps the repeatability self-check's verdicts (and the costs its reads "
+        "taught) across restarts, keyed by llama-server's build, model and flags, the read "
+        "scheme and the CPU (proxy/verdicts.py); a kept verdict makes the proxy ready "
+        "without the check's reads; off keeps them in memory only (llama-server's restarts)",
     ),
     "workers": (
         "PROXY_WORKERS",

@@ -25,7 +25,9 @@ costs what a chunk does and vice versa); until none has, nothing is estimated
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["StepCost", "CostModel", "ONE", "CHUNK", "BATCH", "DEFAULT_UBATCH", "kind_of"]
 
@@ -107,6 +109,41 @@ class CostModel:
             else (1 - _OVERHEAD_SMOOTHING) * self.overhead_s + _OVERHEAD_SMOOTHING * extra
         )
         self.observed += 1
+
+    def state(self) -> dict[str, object]:
+        """What was learned, as JSON (kept with the self-check's verdict: proxy/verdicts.py)."""
+        return {
+            "steps": {
+                kind: {"sxx": c.sxx, "sxy": c.sxy, "a": c.a, "b": c.b, "reach": c.reach}
+                for kind, c in self.steps.items()
+            },
+            "overhead_s": self.overhead_s,
+            "observed": self.observed,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> bool:
+        """Take ``state`` (``state()``'s) when it is whole; whether it was."""
+        try:
+            steps = {
+                kind: StepCost(
+                    [float(x) for x in c["sxx"]][:3],
+                    [float(x) for x in c["sxy"]][:2],
+                    None if c["a"] is None else float(c["a"]),
+                    float(c["b"]),
+                    float(c["reach"]),
+                )
+                for kind, c in state["steps"].items()
+                if kind in self.steps
+            }
+            overhead, observed = float(state["overhead_s"]), int(state["observed"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False
+        if set(steps) != set(self.steps) or any(
+            len(c.sxx) != 3 or len(c.sxy) != 2 for c in steps.values()
+        ):
+            return False
+        self.steps, self.overhead_s, self.observed = steps, overhead, observed
+        return True
 
     def step_s(self, kind: str, evaluated: int, cached: int) -> float | None:
         """Seconds one step takes on an idle server, or None while nothing is known."""

@@ -127,20 +127,24 @@ class Reader:
         s_len: int,
         width: int,
         ubatch: int,
+        *,
+        teach: bool = True,
     ) -> tuple[NextToken, int]:
         """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
-        and the tokens evaluated for it. A slot found changed under the read (llama-server
-        reused other than expected) starts it again: the prefix scheme on what that request
-        left when it reused no more than the first 256 cells (``_found``), else from a cold
-        shared segment; if that happens twice, the read is made as it comes and counted as
-        unrepeatable.
+        and the tokens evaluated for it (``teach``: whether its steps may teach the cost
+        model; a start-up read that llama-server may have batched with another process's
+        work does not, lest it be the only step the model has seen). A slot found changed
+        under the read (llama-server reused other than expected) starts it again: the
+        prefix scheme on what that request left when it reused no more than the first 256
+        cells (``_found``), else from a cold shared segment; if that happens twice, the read
+        is made as it comes and counted as unrepeatable.
 
         The prefix scheme keeps the work of a read cut short (a deadline, a client gone):
         the slot holds some prefix of what was sent, each row canonical, so the next read
         there reads on whatever llama-server reuses of it (``_resume``), and reads the last
         token again alone when it did not go alone the first time."""
         if short(prompt, ubatch):
-            return await self._read_short(book, slot, prompt, s_len, width)
+            return await self._read_short(book, slot, prompt, s_len, width, teach)
         spent = restarts = 0
         held = book.holds[slot]
         if ubatch and held is not None and held.partial:
@@ -162,6 +166,7 @@ class Reader:
                         slot=slot,
                         cache=step.cache,
                         n_probs=width if last else 0,
+                        teach=teach,
                     )
                 except BaseException:
                     if ubatch:  # what was evaluated stays for a retry (kv.Held.partial)
@@ -195,6 +200,7 @@ class Reader:
         prompt: tuple[int, ...],
         s_len: int,
         width: int,
+        teach: bool = True,
     ) -> tuple[NextToken, int]:
         """A prompt of at most 256 tokens on the prefix scheme: one request that reuses
         whatever prefix the slot holds, the last row included in the per-row kernel. No
@@ -202,7 +208,7 @@ class Reader:
         (docs/repeatability.md), so the read is canonical whatever llama-server reuses:
         nothing is checked, and it may have waited behind another read of the slot."""
         try:
-            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width)
+            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width, teach=teach)
         except BaseException:
             book.holds[slot] = Held(prompt, 0, partial=True)
             raise
@@ -246,9 +252,10 @@ class Reader:
         slot: int,
         cache: bool,
         n_probs: int = 0,
+        teach: bool = True,
     ) -> Completion:
         """``Upstream.complete``, timed: a step no other step of this reader ran beside
-        teaches the cost model what such a step costs."""
+        teaches the cost model what such a step costs (unless ``teach`` is False)."""
         alone = self._steps_running == 0
         self._steps_running += 1
         self._steps_started += 1
@@ -259,7 +266,7 @@ class Reader:
         finally:
             self._steps_running -= 1
         tokens_evaluated(done.read.prompt_evaluated)  # how far the admitted decision is
-        if alone and mark == self._steps_started and done.seconds > 0:
+        if teach and alone and mark == self._steps_started and done.seconds > 0:
             evaluated = done.read.prompt_evaluated
             self.cost.observe(
                 kind_of(evaluated, self.ubatch),

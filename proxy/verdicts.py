@@ -10,6 +10,9 @@ model it takes tens of seconds; a verdict already reached for the same key is ke
                       this CPU's feature flags, the read scheme, the slots leased,
                       the check's own version}
 
+With a verdict it keeps what the check's reads taught the cost model (``proxy/cost.py``):
+they were the many timed steps, short and long, that admission's first estimates rested on.
+
 The store is one JSON file (``--check-verdicts``), read at start and rewritten whole on
 each new verdict (a temporary file renamed over it, so a reader never sees half of
 one). Workers of one server share it: each adds its verdicts to what the file holds.
@@ -129,7 +132,14 @@ class Verdicts:
             float(entry["checked_at"]),
         )
 
-    def put(self, key: str, check: Check) -> None:
+    def costs(self, key: str) -> Mapping[str, Any] | None:
+        """What the check's reads taught the cost model (``CostModel.state``), kept with the
+        verdict: a start that reads no check has it to estimate with."""
+        entry = self._kept.get(key) or self._read().get(key)
+        costs = entry.get("costs") if entry else None
+        return costs if isinstance(costs, dict) else None
+
+    def put(self, key: str, check: Check, costs: Mapping[str, Any] | None = None) -> None:
         if check.repeatable is not True:
             return
         self._kept = {**self._read(), **self._kept}
@@ -138,6 +148,7 @@ class Verdicts:
             "repeatable": check.repeatable,
             "detail": check.detail,
             "checked_at": check.checked_at,
+            **({"costs": dict(costs)} if costs else {}),
         }
         newest = sorted(self._kept.items(), key=lambda kv: kv[1]["checked_at"])[-MAX_KEPT:]
         self._kept = dict(newest)

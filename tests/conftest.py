@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,10 +26,13 @@ from scripts.stack import (
     wait_ready,
 )
 
-# Every proxy the tests start keeps its self-check verdicts in memory only, not in the
-# user's ~/.cache (proxy/verdicts.py); a test that keeps them names its own file.
-os.environ["PROXY_CHECK_VERDICTS"] = ""
+# The proxies the tests start keep their self-check verdicts in one file of this session's,
+# not in the user's ~/.cache (proxy/verdicts.py): the first proxy before a llama-server
+# reads the check, the next ones recall it. A test of the check names a file of its own.
+VERDICTS = Path(tempfile.mkdtemp(prefix="semif-test-verdicts-")) / "self-check.json"
+os.environ["PROXY_CHECK_VERDICTS"] = str(VERDICTS)
 
+READY_S = 660  # a proxy's self-check before ready, 600 s at most (proxy/checking.py)
 SLOTS_TIMEOUT_S = 120  # a whole batch of a long prompt on the slowest CPU seen
 
 __all__ = [
@@ -131,7 +135,8 @@ _STARTED: set[str] = set()  # the llama-servers started here, with -ub UBATCH
 
 
 def launch_proxy(logs_dir: Path, upstream_url: str, *extra: str, env: dict[str, str] | None = None):
-    """The proxy before ``upstream_url``, told its -ub when the tests started it."""
+    """The proxy before ``upstream_url``, told its -ub when the tests started it; before a
+    llama-server the tests started, returned once it is ready (its self-check settled)."""
     port = free_port()
     log = open(logs_dir / f"proxy-{port}.log", "ab")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PROXY_", "UPSTREAM_"))}
@@ -143,18 +148,15 @@ def launch_proxy(logs_dir: Path, upstream_url: str, *extra: str, env: dict[str, 
         upstream_url,
         list(extra),
         log=log,
-        # each proxy checks for itself unless a test keeps verdicts (proxy/verdicts.py)
-        env={**clean, "PROXY_CHECK_VERDICTS": "", **(env or {})},
+        env={**clean, "PROXY_CHECK_VERDICTS": str(VERDICTS), **(env or {})},
         ubatch=ubatch,
         connections=CONNECTIONS if ours else None,
     )
+    why = lambda rc: f"the proxy exited with {rc}: {file_tail(log.name)[-2000:]}"  # noqa: E731
     try:
-        wait_ready(
-            f"http://127.0.0.1:{port}/metrics",
-            proc,
-            timeout_s=30,
-            why=lambda rc: f"the proxy exited with {rc}: {file_tail(log.name)[-2000:]}",
-        )
+        wait_ready(f"http://127.0.0.1:{port}/metrics", proc, timeout_s=30, why=why)
+        if ours:  # as an orchestrator would: ready once its self-check has settled
+            wait_ready(f"http://127.0.0.1:{port}/health", proc, timeout_s=READY_S, why=why)
     except BaseException:
         stop(proc)
         log.close()

@@ -100,7 +100,7 @@ def test_another_read_scheme_is_checked_anew(llama, logs_dir, tmp_path: Path):
 def test_a_llama_server_restart_is_ready_without_checking_again(own_llama, logs_dir, tmp_path):
     started, port = own_llama
     proxy_proc, url, proxy_log = launch_proxy(
-        logs_dir, started[0][1].url, env={"PROXY_CHECK_VERDICTS": ""}
+        logs_dir, started[0][1].url, env={"PROXY_CHECK_VERDICTS": "off"}
     )
     try:
         ready(url)

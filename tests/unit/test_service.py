@@ -867,3 +867,16 @@ async def test_a_remembered_width_is_tried_narrow_again_after_a_while(monkeypatc
     # kept for two decisions (the one that widened and the next), then narrow again
     assert reads == [3, 1, 3]
     assert up.widths == [8, 1024, 49152, 49152, 8, 1024, 49152]
+
+
+async def test_a_kept_verdict_brings_the_costs_its_check_taught(no_pause):
+    from proxy.verdicts import Verdicts
+
+    kept = Verdicts(None)
+    first = DecisionService(RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, verdicts=kept)
+    first._reader.cost.observe(CHUNK, 40, 0, 0.5, 0.52)  # as the check's timed reads teach
+    await first.self_check.run()
+    again = DecisionService(RecordedUpstream([{49: -1.0}]), n_probs=8, ubatch=63, verdicts=kept)
+    await again.self_check.run()
+    assert again._reader.cost.observed == 1  # the prime taught nothing
+    assert again._reader.cost.state() == first._reader.cost.state()

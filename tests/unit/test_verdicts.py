@@ -163,3 +163,33 @@ def test_an_unwritable_place_keeps_it_in_memory(tmp_path, caplog) -> None:
     store.put("k", Check("segment", True, "ok", 3.0))
     assert store.get("k") is not None
     assert "could not keep" in caplog.text
+
+
+def test_the_costs_the_check_taught_are_kept_with_its_verdict(tmp_path) -> None:
+    from proxy.cost import CHUNK, ONE, CostModel
+
+    taught = CostModel()
+    taught.observe(CHUNK, 40, 0, 0.5, 0.52)
+    taught.observe(CHUNK, 400, 40, 8.0, 8.03)
+    taught.observe(ONE, 1, 440, 0.05, 0.06)
+    path = tmp_path / "verdicts.json"
+    Verdicts(path).put("k", Check("prefix-63", True, "ok", 1.0), taught.state())
+    kept = Verdicts(path).costs("k")
+    fresh = CostModel()
+    assert kept is not None and fresh.restore(kept)
+    for kind, evaluated, cached in ((CHUNK, 57, 30), (CHUNK, 500, 0), (ONE, 1, 300)):
+        assert fresh.step_s(kind, evaluated, cached) == taught.step_s(kind, evaluated, cached)
+    assert fresh.observed == 3
+    assert Verdicts(path).costs("other") is None
+
+
+@pytest.mark.parametrize(
+    "state",
+    [{}, {"steps": {}}, {"steps": {"one": {"sxx": [1]}}, "overhead_s": 0, "observed": 1}],
+)
+def test_costs_that_are_not_whole_are_not_taken(state) -> None:
+    from proxy.cost import CostModel
+
+    model = CostModel()
+    assert model.restore(state) is False
+    assert model.observed == 0 and model.step_s("chunk", 10, 0) is None
