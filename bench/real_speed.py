@@ -75,7 +75,7 @@ def ready_after(url: str, since: float) -> float:
                 return time.monotonic() - since
         except httpx.TransportError:
             pass
-        time.sleep(0.02)
+        time.sleep(0.1)  # each poll is a /health call through to llama-server
 
 
 def main() -> None:

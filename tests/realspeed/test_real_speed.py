@@ -17,6 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxy.decision.labels import gbnf_alternatives
+from proxy.decision.prompt import lay_out, options_block
+from proxy.decision.question import choice_question
 from scripts.stack import ROOT, stop
 from tests.conftest import launch_llama, launch_proxy, slow_model
 
@@ -32,16 +35,20 @@ def ticket(n: int) -> dict:
     return {"messages": [{"role": "user", "content": text}], "semif": {"options": OPTIONS}}
 
 
-def direct(n: int) -> dict:
-    """The same ticket read straight from llama-server's chat endpoint: one token, its
-    log-probabilities (the options in the turn, as a caller by hand would send them)."""
-    text = ticket(n)["messages"][0]["content"] + "\nAnswer with one of: " + ", ".join(OPTIONS)
+def direct(n: int, labels: list[str]) -> dict:
+    """The same read straight from llama-server's chat endpoint: the prompt text the proxy
+    builds (its options block, the labels it verified), one token, a grammar of the labels,
+    the top log-probabilities (as bench/fresh.py's ``chat`` target reads it)."""
+    block = options_block(choice_question(OPTIONS), labels)
     return {
-        "messages": [{"role": "user", "content": text}],
+        "messages": lay_out(ticket(n)["messages"], block, "conversation_first"),
         "max_tokens": 1,
         "temperature": 0,
         "logprobs": True,
         "top_logprobs": 16,
+        "grammar": gbnf_alternatives(labels),
+        "cache_prompt": True,
+        "chat_template_kwargs": {"enable_thinking": False},
     }
 
 
@@ -148,8 +155,10 @@ async def _burst(url: str, bodies: list[dict]) -> tuple[float, list[float], list
 
 
 async def test_eight_new_tickets_at_once_keep_up_with_llama_server(proxy: str, slow: Slow):
+    _, answer = timed(proxy, ticket(99))
+    labels = list(answer.json()["semif"]["labels"].values())
     through, lat_p, codes_p = await _burst(proxy, [ticket(100 + i) for i in range(8)])
-    straight, lat_d, codes_d = await _burst(slow.url, [direct(200 + i) for i in range(8)])
+    straight, lat_d, codes_d = await _burst(slow.url, [direct(200 + i, labels) for i in range(8)])
     assert codes_p == [200] * 8 and codes_d == [200] * 8
     ratio = straight / through
     FIGURES["8 new tickets at once: throughput / p50 against llama-server's chat"] = (
