@@ -172,6 +172,18 @@ def llama(logs_dir: Path) -> Iterator[LlamaServer]:
     log.close()
 
 
+@pytest.fixture
+def own_llama(logs_dir: Path):
+    """A llama-server of this test's own, so stopping it disturbs nobody else: the ones
+    started (a test that restarts it appends) and its port."""
+    port = free_port()
+    started = [launch_llama(logs_dir, "own-llama", port)]
+    yield started, port
+    for proc, _, log in started:
+        stop(proc)
+        log.close()
+
+
 @pytest.fixture(scope="module")
 def proxy_url(llama: LlamaServer, logs_dir: Path) -> Iterator[str]:
     proc, url, log = launch_proxy(logs_dir, llama.url)

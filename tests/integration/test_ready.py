@@ -8,10 +8,9 @@ from pathlib import Path
 
 import httpx
 import orjson
-import pytest
 
 from scripts.stack import stop
-from tests.conftest import free_port, launch_llama, launch_proxy
+from tests.conftest import launch_llama, launch_proxy
 
 DECISION = {
     "messages": [{"role": "user", "content": "Ticket: I was charged twice this month."}],
@@ -37,16 +36,6 @@ def ready(url: str, timeout_s: float = 300) -> list[str]:
 
 def checks(url: str) -> list[dict]:
     return list(httpx.get(url + "/v1/models", timeout=60).json()["x_repeatable"].values())
-
-
-@pytest.fixture
-def own_llama(logs_dir):
-    port = free_port()
-    started = [launch_llama(logs_dir, "ready-llama", port)]
-    yield started, port
-    for proc, _, log in started:
-        stop(proc)
-        log.close()
 
 
 def test_ready_only_once_the_check_has_settled_and_a_second_start_keeps_its_verdict(
@@ -108,7 +97,7 @@ def test_a_llama_server_restart_is_ready_without_checking_again(own_llama, logs_
         assert first["repeatable"] is True and "kept" not in first["detail"]
         stop(started[0][0])
         time.sleep(2.5)  # nobody calls the proxy: its own watch (one /health a second) sees it
-        started.append(launch_llama(logs_dir, "ready-llama", port))
+        started.append(launch_llama(logs_dir, "own-llama", port))
         deadline = time.monotonic() + 60
         while "kept" not in (after := checks(url)[0])["detail"]:  # recalled from memory
             assert time.monotonic() < deadline, after

@@ -4,26 +4,14 @@ import time
 
 import aiohttp
 import httpx
-import pytest
 
 from scripts.stack import stop
-from tests.conftest import free_port, launch_llama, launch_proxy
+from tests.conftest import launch_llama, launch_proxy
 
 DECISION = {
     "messages": [{"role": "user", "content": "Ticket: the app crashes on start."}],
     "semif": {"options": ["billing", "shipping", "technical"]},
 }
-
-
-@pytest.fixture
-def own_llama(logs_dir):
-    """A llama-server of this test's own, so stopping it disturbs nobody else."""
-    port = free_port()
-    started = [launch_llama(logs_dir, "own-llama", port)]
-    yield started, port
-    for proc, _, log in started:
-        stop(proc)
-        log.close()
 
 
 def test_stopped_llama_gives_503_then_recovers_without_restarting_the_proxy(own_llama, logs_dir):
