@@ -10,7 +10,8 @@ In one run, in this order:
 
 - the first start: seconds from the proxy's start to ``/health`` 200 (the self-check runs
   before ready; its own time from the proxy's log), then the first and second decision;
-- warm decisions: new tickets of the same shape (the same options, one number new);
+- warm decisions: new tickets of the same shape (the same options and length, each
+  opening with a word no other ticket opens with);
 - llama-server stopped and started again on its port: seconds from its own ``/health`` to
   the proxy's, then the first and second decision;
 - the proxy stopped and started again with the verdict kept: start to ready, then the
@@ -41,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._machine import command_line, describe  # noqa: E402
+from bench._servers import POLL_S  # noqa: E402
 from scripts.prepare import ensure_llama_server  # noqa: E402
 from scripts.probe import free_port  # noqa: E402
 from scripts.slow_model import ensure_slow_model  # noqa: E402
@@ -54,16 +56,43 @@ from scripts.stack import (  # noqa: E402
 )
 
 OPTIONS = ["billing", "shipping", "technical"]
+BODY = ": since the last update the app closes when I open my order history."
+# Each ticket opens with its own word, so that it shares nothing but the chat template
+# with the tickets before it, as a new ticket does: numbered tickets ("Ticket 1001: ...")
+# share their first tokens with the one before, and a warm decision would read those
+# tokens from the cache where the first one after a start reads them anew.
+WORDS = (
+    "Hello Since Today Yesterday Again Please Sorry Thanks Help Urgent Hi Morning Evening "
+    "Update Order Account Question Problem Issue Note Request Customer Team Support Dear "
+    "Attention Regarding Reminder Follow Status Notice Subject Quick Another Second Third"
+).split()
 
 
-def ticket(n: int) -> dict:
-    text = f"Ticket {n}: since the last update the app closes when I open my order history."
+def openings(llama_url: str, needed: int) -> list[str]:
+    """``needed`` words of ``WORDS`` that give tickets of one length in tokens and begin
+    with a token no other ticket begins with (llama-server's /tokenize)."""
+    seen: dict[int, str] = {}
+    lengths: dict[str, int] = {}
+    for word in WORDS:
+        tokens = httpx.post(llama_url + "/tokenize", json={"content": word + BODY}).json()["tokens"]
+        if tokens[0] not in seen:
+            seen[tokens[0]] = word
+            lengths[word] = len(tokens)
+    common = statistics.mode(lengths.values())
+    words = [w for w in seen.values() if lengths[w] == common]
+    if len(words) < needed:
+        raise SystemExit(f"only {len(words)} distinct one-length openings; {needed} needed")
+    return words[:needed]
+
+
+def ticket(word: str) -> dict:
+    text = word + BODY
     return {"messages": [{"role": "user", "content": text}], "semif": {"options": OPTIONS}}
 
 
-def decide(url: str, n: int) -> float:
+def decide(url: str, word: str) -> float:
     started = time.monotonic()
-    resp = httpx.post(url + "/v1/chat/completions", json=ticket(n), timeout=900)
+    resp = httpx.post(url + "/v1/chat/completions", json=ticket(word), timeout=900)
     resp.raise_for_status()
     return time.monotonic() - started
 
@@ -75,7 +104,7 @@ def ready_after(url: str, since: float) -> float:
                 return time.monotonic() - since
         except httpx.TransportError:
             pass
-        time.sleep(0.1)  # each poll is a /health call through to llama-server
+        time.sleep(POLL_S)  # each poll is a /health call through to llama-server
 
 
 def main() -> None:
@@ -93,7 +122,6 @@ def main() -> None:
     llama_port, proxy_port = free_port(), free_port()
     llama_url, url = f"http://127.0.0.1:{llama_port}", f"http://127.0.0.1:{proxy_port}"
     env = {**os.environ, "PROXY_CHECK_VERDICTS": str(tmp / "verdicts.json")}
-    numbers = iter(range(1000, 10**6))
     rows: list[tuple[str, float]] = []
     ready: list[tuple[str, float]] = []
 
@@ -113,6 +141,7 @@ def main() -> None:
         )
 
     llama = start_llama()
+    tickets = iter(openings(llama_url, 5 + 2 * args.warm))
     started = time.monotonic()
     proxy = start_our_proxy()
     try:
@@ -120,23 +149,23 @@ def main() -> None:
         log = (tmp / "proxy.log").read_text()
         check = re.search(r"self-check on \S+: .+? in ([\d.]+)s", log)
         ready.append(("  of which the self-check", float(check[1]) if check else float("nan")))
-        rows += [("first decision after start", decide(url, next(numbers)))]
-        rows += [("second decision after start", decide(url, next(numbers)))]
-        warm = [decide(url, next(numbers)) for _ in range(args.warm)]
+        rows += [("first decision after start", decide(url, next(tickets)))]
+        rows += [("second decision after start", decide(url, next(tickets)))]
+        warm = [decide(url, next(tickets)) for _ in range(args.warm)]
 
         stop(llama)
         llama = start_llama()
         back = ready_after(url, time.monotonic())
         ready.append(("llama-server restart: its /health to the proxy's", back))
-        rows += [("first decision after a llama-server restart", decide(url, next(numbers)))]
-        rows += [("second decision after it", decide(url, next(numbers)))]
+        rows += [("first decision after a llama-server restart", decide(url, next(tickets)))]
+        rows += [("second decision after it", decide(url, next(tickets)))]
 
         stop(proxy)
         started = time.monotonic()
         proxy = start_our_proxy()
         ready.append(("proxy restart, verdict kept: start to ready", ready_after(url, started)))
-        rows += [("first decision after a proxy restart", decide(url, next(numbers)))]
-        warm += [decide(url, next(numbers)) for _ in range(args.warm)]
+        rows += [("first decision after a proxy restart", decide(url, next(tickets)))]
+        warm += [decide(url, next(tickets)) for _ in range(args.warm)]
     finally:
         stop(proxy)
         stop(llama)

@@ -11,8 +11,12 @@ log-probabilities). The seconds llama-server reports for a step (``timings``:
 
 for ``e`` tokens evaluated after ``k`` reused: ``a`` the cost of a token's
 weights, ``b`` of its attention over the rows before it (on average
-``k + e / 2`` of them). ``a`` and ``b`` are fitted by least squares over the
-steps seen, the older ones weighing less (``FORGET`` per step), from steps
+``k + e / 2`` of them). ``a`` and ``b`` are fitted by least squares on the cost
+per token (``seconds / e = a + b * (k + e / 2)``), each step counting once and the
+older ones less (``FORGET`` per step): fitted on seconds, one 500-token step would
+outweigh a hundred 50-token ones, and a slow moment during one long read (the
+self-check's, at start-up) would set the estimates for the many short decisions
+after it. The steps are taken from those
 that ran while no other step of this process did: llama-server shares its
 threads among the slots it evaluates together, so a step that ran beside
 others took longer than it costs. The time around llama-server's own (HTTP,
@@ -36,6 +40,7 @@ FORGET = 0.97  # weight of the previous steps when a new one is fitted in
 _OVERHEAD_SMOOTHING = 0.1
 DEFAULT_UBATCH = 512  # llama-server's -ub when it is not known
 _TILED = 64  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+_FIT = "per-token"  # what ``state()``'s sums are sums of; a state fitted otherwise is not taken
 
 
 def kind_of(evaluated: int, ubatch: int) -> str:
@@ -50,7 +55,8 @@ def kind_of(evaluated: int, ubatch: int) -> str:
 
 @dataclass
 class StepCost:
-    """``a * e + b * e * (k + e / 2)`` seconds, fitted by forgetting least squares."""
+    """``a * e + b * e * (k + e / 2)`` seconds, fitted by forgetting least squares on the
+    cost per token: ``seconds / e`` against ``1`` and ``k + e / 2``, one weight per step."""
 
     sxx: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # x1x1, x1x2, x2x2
     sxy: list[float] = field(default_factory=lambda: [0.0, 0.0])
@@ -61,9 +67,12 @@ class StepCost:
     reach: float = 0.0
 
     def add(self, evaluated: int, cached: int, seconds: float) -> None:
-        x1 = float(evaluated)
-        x2 = evaluated * (cached + evaluated / 2)
-        self.reach = max(self.reach, cached + evaluated / 2)
+        if evaluated < 1:
+            return
+        x1 = 1.0
+        x2 = cached + evaluated / 2
+        seconds /= evaluated  # the cost per token
+        self.reach = max(self.reach, x2)
         s, t = self.sxx, self.sxy
         s[0] = FORGET * s[0] + x1 * x1
         s[1] = FORGET * s[1] + x1 * x2
@@ -113,6 +122,7 @@ class CostModel:
     def state(self) -> dict[str, object]:
         """What was learned, as JSON (kept with the self-check's verdict: proxy/verdicts.py)."""
         return {
+            "fit": _FIT,
             "steps": {
                 kind: {"sxx": c.sxx, "sxy": c.sxy, "a": c.a, "b": c.b, "reach": c.reach}
                 for kind, c in self.steps.items()
@@ -122,7 +132,10 @@ class CostModel:
         }
 
     def restore(self, state: Mapping[str, Any]) -> bool:
-        """Take ``state`` (``state()``'s) when it is whole; whether it was."""
+        """Take ``state`` (``state()``'s) when it is whole and fitted as this version fits;
+        whether it was."""
+        if not isinstance(state, Mapping) or state.get("fit") != _FIT:
+            return False
         try:
             steps = {
                 kind: StepCost(

@@ -63,6 +63,24 @@ def test_older_steps_weigh_less():
     assert cost.a == pytest.approx((0.97 * 0.002 + 0.004) / 1.97, rel=1e-12) and cost.b == 0.0
 
 
+def test_each_step_counts_once_whatever_its_length():
+    # 500 tokens at 10 ms each (a slow moment), then 50 at 5 ms, both on average at
+    # position 250 (the attention term cannot be told apart): the cost per token is the
+    # steps' mean, the older weighing 0.97, (0.97 * 0.010 + 0.005) / 1.97; fitted on
+    # seconds, the long step would weigh 100 times the short one and give 0.00995
+    cost = StepCost()
+    cost.add(500, 0, 5.0)
+    cost.add(50, 225, 0.25)
+    assert cost.a == pytest.approx((0.97 * 0.010 + 0.005) / 1.97, rel=1e-12) and cost.b == 0.0
+    assert cost.seconds(100, 0) == pytest.approx(100 * (0.97 * 0.010 + 0.005) / 1.97, rel=1e-12)
+
+
+def test_a_step_that_evaluated_nothing_teaches_nothing():
+    cost = StepCost()
+    cost.add(0, 300, 0.02)
+    assert cost.a is None and cost.sxx == [0.0, 0.0, 0.0]
+
+
 def test_a_kind_not_yet_seen_is_costed_as_its_neighbour_plus_the_time_around():
     model = CostModel()
     assert model.step_s(CHUNK, 100, 0) is None

@@ -185,7 +185,20 @@ def test_the_costs_the_check_taught_are_kept_with_its_verdict(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "state",
-    [{}, {"steps": {}}, {"steps": {"one": {"sxx": [1]}}, "overhead_s": 0, "observed": 1}],
+    [
+        {},
+        {"fit": "per-token", "steps": {}},
+        {"fit": "per-token", "steps": {"one": {"sxx": [1]}}, "overhead_s": 0, "observed": 1},
+        # a whole state of sums over seconds (before the fit was per token): not taken
+        {
+            "steps": {
+                k: {"sxx": [1.0, 1.0, 2.0], "sxy": [0.1, 0.1], "a": 0.1, "b": 0.0, "reach": 1.0}
+                for k in ("one", "chunk", "batch")
+            },
+            "overhead_s": 0.0,
+            "observed": 3,
+        },
+    ],
 )
 def test_costs_that_are_not_whole_are_not_taken(state) -> None:
     from proxy.cost import CostModel
