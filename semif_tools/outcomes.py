@@ -171,16 +171,14 @@ def _index(records: Sequence[Record]) -> dict[str, Record | None]:
     return index
 
 
-def join(
-    records: Sequence[Record] | Loaded, outcomes: Sequence[Outcome], loaded: str = ""
-) -> Joined:
+def join(records: Sequence[Record] | Loaded, outcomes: Sequence[Outcome]) -> Joined:
     """Pair outcomes with records by key (module docstring): an outcome names the record one
     of whose ``join_keys`` is its key; a key two records have pairs with neither, and a
     record's second outcome is left out (both counted). Records of APIs outside
     ``FITTED_APIS`` are left out (and counted), as are the outcomes naming them. ``records``
     may be what ``load_records`` gave: its summary joins this one's."""
-    if isinstance(records, Loaded):
-        records, loaded = records.records, records.summary()
+    loaded = records.summary() if isinstance(records, Loaded) else ""
+    records = records.records if isinstance(records, Loaded) else records
     left_out = Counter(r.api for r in records if r.api not in FITTED_APIS)
     index = _index(records)
     pairs, unmatched, unknown, ambiguous, again = [], [], [], [], []

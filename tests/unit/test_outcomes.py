@@ -17,7 +17,7 @@ from semif_tools.outcomes import (
     parse_outcome,
     write_outcomes,
 )
-from semif_tools.records import join_keys, parse_record
+from semif_tools.records import RecordError, join_keys, parse_record
 from tests.data.aws_samples import AWS_GROUND_TRUTH
 
 HASH = "hmac-sha256:" + "ab" * 32
@@ -177,3 +177,10 @@ def test_outcomes_join_by_any_key():
         "name a key that several records have, left out (first: o:4, 't-9'); 1 outcomes name a "
         "record another outcome named first, left out (first: o:7)"
     )
+
+
+def test_one_key_labelled_twice_is_refused(tmp_path):
+    path = tmp_path / "o.jsonl"
+    write_outcomes(path, [("d-1", "billing"), ("d-2", "billing"), ("d-1", "shipping")])
+    with pytest.raises(RecordError, match=r"o.jsonl:3: 'd-1' again \(its outcome is first at "):
+        load_outcomes([path])
