@@ -244,6 +244,15 @@ class Metrics:
             "Decision records dropped: the queue was full or the sink failed (logged)",
             registry=r,
         )
+        self.request_ids_replaced = Counter(
+            "semif_request_ids_replaced",
+            "Request id headers refused and replaced by a new id, by header (inference_id: "
+            "X-Amzn-SageMaker-Inference-Id, request_id: X-Request-Id)",
+            ["header"],
+            registry=r,
+        )
+        for header in ("inference_id", "request_id"):
+            self.request_ids_replaced.labels(header)
         self.worker_processes = Gauge(
             "semif_worker_processes",
             "Proxy processes whose counts this scrape includes (--workers)",

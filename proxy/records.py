@@ -7,11 +7,16 @@ decision id that its answer carries, and, when ``--decision-records`` asks for i
 record ``semif.decision/1`` (``records_of``, a pure function of the parsed request, its
 outcomes and the request's context).
 
-Ids: the request id is the client's ``X-Request-Id`` (or SageMaker's inference id) when
-it is 1 to 128 characters of ``[A-Za-z0-9._:-]``, else a new ``uuid4().hex``; answers send
-it back in ``X-Request-Id``. A request that holds one decision: the decision id is the
-request id; several: ``<request id>/<question id>``. A jsonlines line ``n`` (from 0):
-``<request id>/<n>``, and ``/<question id>`` after it when the line holds several.
+Ids: the request id is SageMaker's inference id (``X-Amzn-SageMaker-Inference-Id``) when
+AWS would accept it as an ``InferenceId`` (1 to 64 printable ASCII characters, the first not
+a space), else the client's ``X-Request-Id`` when it is 1 to 128 characters of
+``[A-Za-z0-9._:-]``, else a new ``uuid4().hex``; a header refused is counted in
+``semif_request_ids_replaced_total``. Answers send the id back in ``X-Request-Id``. A
+decision id starts with the request id escaped (``escape_id``: ``%`` and ``/`` percent-
+encoded, so that the first ``/`` of a decision id always ends its request part). A request
+that holds one decision: the decision id is that alone; several: ``<escaped request
+id>/<question id>``. A jsonlines line ``n`` (from 0): ``<escaped request id>/<n>``, and
+``/<question id>`` after it when the line holds several.
 
 Where records go (``proxy/record_sink.py``): a bounded queue (``--decision-records-buffer``) and
 one writer thread per process, so that a stalled stdout or a slow disk never blocks the
@@ -58,6 +63,7 @@ __all__ = [
     "Decided",
     "Recorder",
     "request_id",
+    "escape_id",
     "decision_ids",
     "prompt_hash",
     "records_of",
@@ -69,7 +75,15 @@ RECORD = "semif.decision/1"
 OFF, ANSWER = "off", "answer"  # and STDOUT; anything else names a file
 # InvokeEndpoint's InferenceId, should SageMaker pass it on to the container
 SAGEMAKER_INFERENCE_ID = "X-Amzn-SageMaker-Inference-Id"
+# what AWS accepts as an InferenceId (the API's pattern \A\S[\p{Print}]*\z, 1 to 64 long):
+# printable ASCII, the first character not a space
+_INFERENCE_ID = re.compile(r"[!-~][ -~]{0,63}")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# each header a request id may come from, first match wins: (header, rule, metric label)
+_ID_HEADERS = (
+    (SAGEMAKER_INFERENCE_ID, _INFERENCE_ID, "inference_id"),
+    ("X-Request-Id", _REQUEST_ID, "request_id"),
+)
 _MIN_KEY = 16  # bytes a key file must hold
 log = logging.getLogger("proxy.records")
 
@@ -77,22 +91,36 @@ log = logging.getLogger("proxy.records")
 # -- ids ----------------------------------------------------------------------------
 
 
-def request_id(headers: Mapping[str, str]) -> str:
-    """The request's id: SageMaker's inference id or the client's ``X-Request-Id`` when
-    it is 1 to 128 characters of ``[A-Za-z0-9._:-]`` (no ``/``: decision ids split at
-    the first one), else a new ``uuid4().hex``."""
-    for name in (SAGEMAKER_INFERENCE_ID, "X-Request-Id"):
+def request_id(headers: Mapping[str, str], metrics: Metrics | None = None) -> str:
+    """The request's id: SageMaker's inference id as given when AWS accepts it (1 to 64
+    printable ASCII characters, the first not a space), else the client's ``X-Request-Id``
+    when it is 1 to 128 characters of ``[A-Za-z0-9._:-]``, else a new ``uuid4().hex``. Each
+    header present but refused is counted in ``metrics`` (``request_ids_replaced``, by
+    header)."""
+    for name, rule, label in _ID_HEADERS:
         given = headers.get(name)
-        if given is not None and _REQUEST_ID.fullmatch(given):
+        if given is None:
+            continue
+        if rule.fullmatch(given):
             return given
+        log.debug("request id: the %s header is not a valid id; replaced", name)
+        if metrics is not None:
+            metrics.request_ids_replaced.labels(label).inc()
     return uuid.uuid4().hex
+
+
+def escape_id(request: str) -> str:
+    """A request id as it starts a decision id: ``%`` as ``%25`` and ``/`` as ``%2F``
+    (percent-encoding, RFC 3986), so that a decision id's first ``/`` ends its request
+    part; every other character as it is. Ids of ``[A-Za-z0-9._:-]`` are unchanged."""
+    return request.replace("%", "%25").replace("/", "%2F")
 
 
 def decision_ids(request: str, qids: Sequence[str], line: int | None = None) -> dict[str, str]:
     """Each question's decision id: ``base`` alone for a single decision, else
-    ``base/<question id>``, where ``base`` is the request id, or ``<request id>/<line>``
-    for jsonlines line ``line`` (from 0)."""
-    base = request if line is None else f"{request}/{line}"
+    ``base/<question id>``, where ``base`` is the request id escaped (``escape_id``), and
+    ``/<line>`` after it for jsonlines line ``line`` (from 0)."""
+    base = escape_id(request) if line is None else f"{escape_id(request)}/{line}"
     if len(qids) == 1:
         return {qids[0]: base}
     return {qid: f"{base}/{qid}" for qid in qids}

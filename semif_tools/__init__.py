@@ -15,7 +15,9 @@ of the two commands is run.
     progress.py   the one progress bar (tqdm, on stderr)
     batch.py      the batch command
     calibrate/    the calibrate command: reading, fitting, the report (see its __init__)
-    records.py    decision records and outcomes read back: load, join, agree
+    records.py    decision records read back: load (one per decision id), keys, agree
+    outcomes.py   outcomes read and written (CSV, as AWS documents), joined to records
+    files.py      the files a command is given: files, or synced dated folders
     drift.py      the drift command's table; drift_page.py its HTML page
     capture.py    records-from-capture: decision records from SageMaker Data Capture files
 """

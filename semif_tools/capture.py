@@ -13,19 +13,23 @@ page, docs/sagemaker.md):
      "eventVersion": "0"}
 
 ``encoding`` is ``JSON`` or ``CSV`` (``data`` is the body's text) or ``BASE64`` (the body's
-bytes, for content types the endpoint configuration did not declare). The deploy code tells
-the proxy ``PROXY_DECISION_RECORDS=answer``, so each captured answer carries the records of
-its decisions (``answer_records`` walks the answers' shapes); this command writes them as
-JSON lines, in file and line order, each with the capture's ids beside it::
+bytes, for content types the endpoint configuration did not declare, ``text/event-stream``
+among them). The deploy code tells the proxy ``PROXY_DECISION_RECORDS=answer``, so each
+captured answer carries the records of its decisions (``answer_records`` walks the answers'
+shapes; a streamed answer, ``text/event-stream``, is read as the JSON chunks its events carry,
+``sse_data``); this command writes them as JSON lines, in file and line order, each with the
+capture's ids beside it::
 
     {...the record..., "capture": {"event_id", "inference_id" (null when none), "inference_time"}}
 
-Model Monitor merges ground truth on ``inferenceId`` when the capture has one, else on
-``eventId``; the proxy's decision ids are in the records. CAPTURE may name files or folders
-(every ``*.jsonl`` under them, in path order, which is time order in SageMaker's layout).
+Those ids are what an outcome may name a decision by besides its decision id
+(``records.join_keys``: ``<inferenceId>`` or ``<eventId>``, with ``/<question id>`` after it
+for an invocation of several decisions). CAPTURE may name files or folders (``files.py``:
+every ``*.jsonl`` under them, in path order, which is time order in SageMaker's layout).
 Requests, when captured, are not read: a record holds an input only if the proxy was told to
-keep it. A summary goes to stderr, and each line that could not be read (skipped); the exit
-status is then 1.
+keep it. A summary goes to stderr; a line that is not a Data Capture event this can read is
+skipped, counted and named there (the first ``SHOWN``), and the others are still read: the
+exit status is 0 unless a file cannot be opened (2).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -42,6 +47,8 @@ from typing import Any
 
 import orjson
 
+from .files import data_files
+
 __all__ = [
     "CaptureError",
     "Captured",
@@ -49,13 +56,16 @@ __all__ = [
     "answer_records",
     "answers",
     "body",
-    "capture_files",
+    "sse_data",
     "main",
     "read_capture",
 ]
 
 RECORD = "semif.decision/1"  # the records this reads (the "record" field)
 JSONLINES = frozenset({"application/jsonlines", "application/jsonl", "application/x-jsonlines"})
+EVENT_STREAM = "text/event-stream"
+SHOWN = 20  # skipped lines named on stderr, at most
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 class CaptureError(ValueError):
@@ -85,8 +95,11 @@ def answer_records(answer: Any) -> list[dict[str, Any]]:
     """The decision records one answer carries, in the answer's order: a chat answer's
     ``semif.record``; a rerank answer's ``x_records`` (every document's, in the documents'
     order); each entry's ``x_record`` in a System One answer (``answers{}``) or a Decisions
-    answer (``answers[]``) (and in ``results[]``). Anything else (an error record, a relayed
-    generation, an answer made with records off) carries none."""
+    answer (``answers[]``) (and in ``results[]``); a streamed answer (the list of its chunks)
+    the records of its chunks, in order. Anything else (an error record, a relayed
+    generation, streamed or not, an answer made with records off) carries none."""
+    if isinstance(answer, list):
+        return [r for chunk in answer if isinstance(chunk, dict) for r in answer_records(chunk)]
     if not isinstance(answer, dict):
         return []
     semif = answer.get("semif")
@@ -116,17 +129,43 @@ def body(part: dict[str, Any]) -> bytes:
     raise CaptureError(f"data of encoding {part.get('encoding')!r} cannot be read")
 
 
+def sse_data(raw: bytes) -> list[bytes]:
+    """The data of each event in a ``text/event-stream`` body, in order (the HTML standard's
+    parsing: lines end at CRLF, LF or CR; an event ends at a blank line; its ``data`` lines'
+    values, after the colon and one optional space, joined by LF; comments and other fields
+    ignored), without OpenAI's closing ``[DONE]``. An event the body ends in without its
+    blank line counts too (a captured body holds the whole answer)."""
+    events: list[bytes] = []
+    data: list[bytes] = []
+    for line in [*_LINE_END.split(raw), b""]:
+        if not line:
+            if data:
+                events.append(b"\n".join(data))
+            data = []
+            continue
+        name, _, value = line.partition(b":")
+        if name == b"data":
+            data.append(value[1:] if value.startswith(b" ") else value)
+    return [event for event in events if event.strip() != b"[DONE]"]
+
+
 def answers(part: dict[str, Any]) -> list[Any]:
-    """The answers in a captured output: one JSON body, or one per line of a jsonlines body
-    (the ``/invocations`` answer to a jsonlines request)."""
+    """The answers in a captured output: one JSON body; one per line of a jsonlines body (the
+    ``/invocations`` answer to a jsonlines request); or one streamed answer, the list of the
+    JSON chunks a ``text/event-stream`` body's events carry (a body of another or no declared
+    type whose text starts with ``data:`` is read as one too)."""
     raw = body(part)
     content_type = str(part.get("observedContentType", "")).partition(";")[0].strip().lower()
+    streamed = content_type == EVENT_STREAM or raw.lstrip().startswith(b"data:")
     try:
+        if streamed:
+            return [[orjson.loads(data) for data in sse_data(raw)]]
         if content_type in JSONLINES:
             return [orjson.loads(line) for line in raw.splitlines() if line.strip()]
         return [orjson.loads(raw)]
     except orjson.JSONDecodeError as exc:
-        raise CaptureError(f"the captured {content_type or 'output'} is not JSON: {exc}") from exc
+        what = EVENT_STREAM if streamed else content_type or "output"
+        raise CaptureError(f"the captured {what} is not JSON: {exc}") from exc
 
 
 def read_capture(
@@ -179,14 +218,6 @@ def _event(line: str | bytes) -> tuple[list[Any] | None, dict[str, Any]]:
     return (None if output is None else answers(output)), meta
 
 
-def capture_files(paths: Sequence[Path]) -> list[Path]:
-    """The files named, and every ``*.jsonl`` under the folders named, in path order."""
-    files: list[Path] = []
-    for path in paths:
-        files += sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
-    return files
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m semif_tools records-from-capture", description=__doc__.splitlines()[0]
@@ -198,13 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    files = capture_files(args.capture)
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        print(f"records-from-capture: no such file: {', '.join(missing)}", file=sys.stderr)
+    try:
+        files = data_files(args.capture)
+    except (OSError, ValueError) as exc:
+        print(f"records-from-capture: {exc}", file=sys.stderr)
         return 2
     counts: Counter[str] = Counter()
-    failed: list[str] = []
+    skipped: list[str] = []
     out = args.out.open("wb") if args.out else sys.stdout.buffer
     try:
         for path in files:
@@ -212,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with path.open("rb") as f:
                 for captured in read_capture(f, counts, problems):
                     out.write(captured.line())
-            failed += [f"{path}: {problem}" for problem in problems]
+            skipped += [f"{path}: {problem}" for problem in problems]
     finally:
         if args.out:
             out.close()
@@ -221,9 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{counts['records']} records from {counts['answers']} answers; "
         f"{counts['no_output']} events without an answer, "
         f"{counts['no_record']} answers without a record"
-        + (" (is PROXY_DECISION_RECORDS=answer set?)" if counts["no_record"] else ""),
+        + (" (is PROXY_DECISION_RECORDS=answer set?)" if counts["no_record"] else "")
+        + f"; {counts['unreadable']} lines skipped",
         file=sys.stderr,
     )
-    for message in failed:
+    for message in skipped[:SHOWN]:
         print(f"records-from-capture: {message}: skipped", file=sys.stderr)
-    return 1 if failed else 0
+    if len(skipped) > SHOWN:
+        print(f"records-from-capture: and {len(skipped) - SHOWN} more skipped", file=sys.stderr)
+    return 0

@@ -52,7 +52,8 @@ from .calibrate.stats import (
     clopper_pearson_lower,
     wilson_interval,
 )
-from .records import AGREED, FITTED_APIS, Record, RecordError, join, load_outcomes, load_records
+from .outcomes import join, load_outcomes
+from .records import AGREED, FITTED_APIS, Record, RecordError, load_records
 
 __all__ = [
     "BINS",
@@ -378,14 +379,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="Accuracy, ECE, coverage and distribution shift of recorded decisions "
         "against their outcomes, by time window, as one self-contained HTML page.",
     )
-    p.add_argument("--records", nargs="+", type=Path, required=True, help="decision records")
+    p.add_argument(
+        "--records",
+        nargs="+",
+        type=Path,
+        required=True,
+        help="decision records: files, or folders read recursively in date order (aws s3 "
+        "sync's copy of a dated prefix; s3:// URIs are not read)",
+    )
     p.add_argument(
         "--outcomes",
         nargs="*",
         type=Path,
         default=[],
-        help="outcomes (Model Monitor ground-truth JSON lines); without them, only coverage "
-        "and the distributions",
+        help="outcomes (Model Monitor ground-truth JSON lines, keyed by decision id or the "
+        "capture's inferenceId or eventId; files or folders as --records); without them, "
+        "only coverage and the distributions",
     )
     p.add_argument(
         "--profile",
@@ -423,8 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 < args.level < 1 or args.resamples < 1:
             raise ValueError("--level must be within (0, 1) and --resamples at least 1")
         profile = _profile(args.profile, args.profile_dir) if args.profile else None
-        records = load_records(args.records)
-        joined = join(records, load_outcomes(args.outcomes))
+        loaded = load_records(args.records)
+        records = loaded.records
+        joined = join(loaded, load_outcomes(args.outcomes))
         golds = {r.decision_id: gold for r, gold in joined.pairs}
         table = drift_table(
             decisions(records, golds, profile),

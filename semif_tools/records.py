@@ -1,25 +1,39 @@
-"""Decision records and their outcomes, read back offline.
+"""Decision records and their outcomes, read back offline (the outcomes: ``outcomes.py``).
 
 A record file is JSON lines, one ``semif.decision/1`` object per decision, as the proxy writes
-them (``--decision-records``). An outcomes file is JSON lines in SageMaker Model Monitor's
-ground-truth shape::
+them (``--decision-records``) or as ``records-from-capture`` reads them out of SageMaker Data
+Capture (each with a ``capture`` object of the capture's ids beside its fields). An outcomes
+file is JSON lines in SageMaker Model Monitor's ground-truth shape (AWS's "Ingest Ground Truth
+labels and merge them with predictions",
+https://docs.aws.amazon.com/sagemaker/latest/dg/model-monitor-model-quality-merge.html)::
 
     {"groundTruthData": {"data": "billing", "encoding": "CSV"},
-     "eventMetadata": {"eventId": "<decision id>"}, "eventVersion": "0"}
+     "eventMetadata": {"eventId": "<key>"}, "eventVersion": "0"}
 
-``encoding`` "CSV": ``data`` is one CSV field naming the option; "JSON": ``data`` is a JSON
-text (a string naming the option, ``true``/``false`` for a yes/no question, a level index for
-a score). Blank lines are skipped in both; any other line that is not such an object is a
-``RecordError`` naming the file and the line.
+``encoding`` "CSV" (what AWS documents, and what ``write_outcomes`` writes): ``data`` is one
+CSV field naming the option, quoted as the csv module quotes it, so that an option holding
+commas, quotes or line breaks reads back whole; "JSON": ``data`` is a JSON text (a string
+naming the option, ``true``/``false`` for a yes/no question, a level index for a score). Blank
+lines are skipped in both; any other line that is not such an object is a ``RecordError``
+naming the file and the line. Wherever a file is named, a folder may be (``files.py``: every
+``*.jsonl`` under it, in path order, which is date order in AWS's ``yyyy/mm/dd/hh`` layout).
 
-``join`` pairs each outcome with its record by decision id, in the outcomes' order (the
-labelled set's order: see ``semif_tools/calibrate/from_records.py``), and counts what does
-not pair. ``disagreement`` says which of ``AGREED`` differ between records.
+``eventId``, the outcome's key, names its decision by any of ``join_keys``: the decision id;
+or, for a record read from Data Capture, the capture's ``inferenceId`` or its ``eventId``,
+followed by the decision's place in its invocation when the invocation held several (the
+decision id from its first ``/`` on: ``<eventId>/<question id>``, ``<eventId>/<line>``,
+``<eventId>/<line>/<question id>``).
+
+``load_records`` keeps one record per decision id: of records repeating an id (a client's
+retry reusing its InferenceId, a capture file read twice) the **last** read is kept (files in
+the order given, a folder's in date order: the latest answer, the one the client most likely
+acted on), and the others are counted; where they differ in ``prompt_hash`` or ``options`` the
+id named two decisions, and all of its records are left out and counted. ``disagreement``
+says which of ``AGREED`` differ between records.
 """
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import json
 import math
@@ -29,24 +43,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .files import data_files
+
 __all__ = [
     "RECORD_FORMAT",
     "AGREED",
     "FITTED_APIS",
     "RecordError",
     "Record",
-    "Outcome",
-    "Joined",
+    "Loaded",
+    "json_lines",
+    "join_keys",
     "parse_record",
-    "parse_outcome",
+    "unique_records",
     "load_records",
-    "load_outcomes",
-    "gold_index",
-    "join",
     "disagreement",
     "group_key",
-    "outcome_line",
-    "write_outcomes",
 ]
 
 RECORD_FORMAT = "semif.decision/1"
@@ -77,6 +89,7 @@ class Record:
     route: str | None
     threshold: float | None
     agreed: tuple[str | None, ...]  # the values of AGREED, in that order
+    keys: tuple[str, ...]  # what an outcome may name it by (join_keys)
     fields: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     def read(self) -> tuple[float, ...]:
@@ -90,15 +103,10 @@ class Record:
         return self.agreed[AGREED.index(name)]
 
 
-@dataclass(frozen=True)
-class Outcome:
-    source: str
-    decision_id: str
-    label: Any  # CSV: the field's text; JSON: the decoded value
-
-
-def _lines(paths: Iterable[Path | str]) -> Iterator[tuple[str, Any]]:
-    for path in paths:
+def json_lines(paths: Iterable[Path | str]) -> Iterator[tuple[str, Any]]:
+    """(``file:line``, the line's JSON) for each non-blank line of the files and folders
+    (``files.py``); a line that is not JSON is a ``RecordError``."""
+    for path in data_files(paths):
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
@@ -149,6 +157,23 @@ def _text(data: dict[str, Any], key: str) -> str:
     return value
 
 
+def join_keys(decision_id: str, capture: Any = None) -> tuple[str, ...]:
+    """What an outcome may name a decision by: its decision id; and, where ``capture`` is
+    records-from-capture's object of the capture's ids, the capture's ``inference_id`` and
+    ``event_id``, each followed by the decision's place in its invocation, which is the
+    decision id from its first ``/`` on (nothing for an invocation of one decision;
+    ``/<question id>``, ``/<line>`` or ``/<line>/<question id>`` otherwise: a decision id's
+    request part holds no ``/``, proxy/records.py's ``escape_id``)."""
+    _, slash, place = decision_id.partition("/")
+    keys = [decision_id]
+    if isinstance(capture, dict):
+        for name in ("inference_id", "event_id"):
+            value = capture.get(name)
+            if isinstance(value, str) and value:
+                keys.append(value + slash + place)
+    return tuple(dict.fromkeys(keys))
+
+
 def parse_record(data: Any, source: str = "<record>") -> Record:
     try:
         if not isinstance(data, dict):
@@ -160,9 +185,10 @@ def parse_record(data: Any, source: str = "<record>") -> Record:
             raise ValueError("options must be a list of option names")
         n = len(options)
         agreed = tuple(None if data.get(k) is None else str(data.get(k)) for k in AGREED)
+        decision_id = _text(data, "decision_id")
         return Record(
             source,
-            _text(data, "decision_id"),
+            decision_id,
             _time(data.get("time")),
             _text(data, "api"),
             _text(data, "question_type"),
@@ -174,146 +200,71 @@ def parse_record(data: Any, source: str = "<record>") -> Record:
             data.get("route"),
             _optional_number(data, "threshold"),
             agreed,
+            join_keys(decision_id, data.get("capture")),
             data,
         )
     except ValueError as exc:
         raise RecordError(f"{source}: {exc}") from exc
 
 
-def _label(ground: Any) -> Any:
-    if not isinstance(ground, dict) or not isinstance(ground.get("data"), str):
-        raise ValueError('groundTruthData must be an object with a string "data"')
-    data, encoding = ground["data"], ground.get("encoding")
-    if encoding == "CSV":
-        rows = list(csv.reader([data]))
-        if len(rows) != 1 or len(rows[0]) != 1:
-            raise ValueError(f"CSV data must be one field naming the option, got {data!r}")
-        return rows[0][0]
-    if encoding == "JSON":
-        try:
-            return json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"JSON data is not JSON: {data!r}") from exc
-    raise ValueError(f'groundTruthData.encoding must be "CSV" or "JSON", got {encoding!r}')
-
-
-def parse_outcome(data: Any, source: str = "<outcome>") -> Outcome:
-    try:
-        if not isinstance(data, dict):
-            raise ValueError("each line must be a JSON object")
-        meta = data.get("eventMetadata")
-        event = meta.get("eventId") if isinstance(meta, dict) else None
-        if not isinstance(event, str) or not event:
-            raise ValueError("eventMetadata.eventId must be the decision id (a string)")
-        version = data.get("eventVersion", "0")
-        if not isinstance(version, str):
-            raise ValueError(f"eventVersion must be a string, got {version!r}")
-        return Outcome(source, event, _label(data.get("groundTruthData")))
-    except ValueError as exc:
-        raise RecordError(f"{source}: {exc}") from exc
-
-
-def _unique(items: Iterable[Any], what: str) -> list[Any]:
-    seen: dict[str, str] = {}
-    out = []
-    for item in items:
-        first = seen.setdefault(item.decision_id, item.source)
-        if first != item.source:
-            raise RecordError(
-                f"{item.source}: decision id {item.decision_id!r} again ({what} first at {first})"
-            )
-        out.append(item)
-    return out
-
-
-def load_records(paths: Iterable[Path | str]) -> list[Record]:
-    """Every record of the files, in file order; a decision id seen twice is refused."""
-    return _unique((parse_record(d, s) for s, d in _lines(paths)), "its record is")
-
-
-def load_outcomes(paths: Iterable[Path | str]) -> list[Outcome]:
-    """Every outcome of the files, in file order; two outcomes for one decision are refused."""
-    return _unique((parse_outcome(d, s) for s, d in _lines(paths)), "its outcome is")
-
-
-def gold_index(record: Record, label: Any) -> int | None:
-    """The option an outcome names, as an index into the record's options (None when it names
-    none): the option name itself; JSON ``true``/``false`` name "true"/"false" (yes/no
-    questions); a JSON integer names the option of that text (a score level "0", "1", ...)."""
-    if isinstance(label, bool):
-        label = "true" if label else "false"
-    elif isinstance(label, int):
-        label = str(label)
-    if isinstance(label, str) and label in record.options:
-        return record.options.index(label)
-    return None
-
-
 @dataclass(frozen=True)
-class Joined:
-    """Records with an outcome, in the outcomes' order, and what did not pair."""
+class Loaded:
+    """The records of one decision id each (module docstring), and what was left out."""
 
-    pairs: list[tuple[Record, int]]  # (record, gold option index)
-    n_records: int
-    n_outcomes: int
-    without_outcome: int  # records (of FITTED_APIS) no outcome names
-    unmatched: list[Outcome]  # outcomes whose decision id no record has
-    unknown_option: list[tuple[Outcome, Record]]  # outcomes naming an option the record lacks
-    left_out: Counter[str]  # records of other APIs, by API
-    left_out_outcomes: int = 0  # outcomes of those records
+    records: list[Record]
+    read: int  # records read, repeats included
+    repeated: int  # records a later record of the same decision id replaced
+    conflicting_ids: list[str]  # decision ids whose records differ: all of them left out
+    conflicting: int  # the records of those ids
+    first_conflict: str | None = None  # where the first such id's second record was read
 
     def summary(self) -> str:
-        """The join, in words (printed by calibrate and drift, shown on the drift page)."""
-        parts = [
-            f"{len(self.pairs)} of {self.n_records} records joined to an outcome",
-            f"{self.without_outcome} records have none",
-            f"{len(self.unmatched)} of {self.n_outcomes} outcomes name no record",
-            f"{len(self.unknown_option)} outcomes name an option their record does not have",
-        ]
-        if self.unmatched:
-            parts[2] += f" (first: {self.unmatched[0].source})"
-        if self.unknown_option:
-            outcome, record = self.unknown_option[0]
-            parts[3] += (
-                f" (first: {outcome.source} names {outcome.label!r}, options "
-                f"{list(record.options)})"
-            )
-        if self.left_out:
+        """What loading left out, in words ("" when nothing)."""
+        parts = []
+        if self.repeated:
             parts.append(
-                "left out: "
-                + ", ".join(f"{n} {api} records" for api, n in sorted(self.left_out.items()))
-                + f" ({self.left_out_outcomes} outcomes)"
+                f"{self.repeated} records repeat a decision id read again later (the last "
+                "of each kept)"
+            )
+        if self.conflicting_ids:
+            parts.append(
+                f"{len(self.conflicting_ids)} decision ids name records that differ in "
+                f"prompt_hash or options: their {self.conflicting} records left out (first: "
+                f"{self.conflicting_ids[0]!r} at {self.first_conflict})"
             )
         return "; ".join(parts)
 
 
-def join(records: Sequence[Record], outcomes: Sequence[Outcome]) -> Joined:
-    """Pair outcomes with records by decision id (module docstring); records of APIs outside
-    ``FITTED_APIS`` are left out (and counted), as are the outcomes naming them."""
-    left_out = Counter(r.api for r in records if r.api not in FITTED_APIS)
-    by_id = {r.decision_id: r for r in records}
-    pairs, unmatched, unknown = [], [], []
-    labelled: set[str] = set()
-    skipped = 0
-    for outcome in outcomes:
-        record = by_id.get(outcome.decision_id)
-        if record is None:
-            unmatched.append(outcome)
+def _same_decision(a: Record, b: Record) -> bool:
+    """Whether two records of one decision id are one decision asked again: the same
+    ``prompt_hash`` and the same options."""
+    return a.fields.get("prompt_hash") == b.fields.get("prompt_hash") and a.options == b.options
+
+
+def unique_records(records: Sequence[Record]) -> Loaded:
+    """One record per decision id, the last of each (module docstring), in read order."""
+    groups: dict[str, list[Record]] = {}
+    for record in records:
+        groups.setdefault(record.decision_id, []).append(record)
+    kept: set[int] = set()
+    conflicting_ids, conflicting, first = [], 0, None
+    for decision_id, group in groups.items():
+        if all(_same_decision(group[0], other) for other in group[1:]):
+            kept.add(id(group[-1]))
             continue
-        if record.api not in FITTED_APIS:
-            skipped += 1
-            continue
-        gold = gold_index(record, outcome.label)
-        if gold is None:
-            unknown.append((outcome, record))
-            continue
-        pairs.append((record, gold))
-        labelled.add(record.decision_id)
-    fitted = [r for r in records if r.api in FITTED_APIS]
-    without = sum(r.decision_id not in labelled for r in fitted)
-    return Joined(
-        pairs, len(records), len(outcomes), without, unmatched, unknown, left_out, skipped
-    )
+        conflicting_ids.append(decision_id)
+        conflicting += len(group)
+        if first is None:
+            first = next(o.source for o in group[1:] if not _same_decision(group[0], o))
+    out = [r for r in records if id(r) in kept]
+    repeated = len(records) - len(out) - conflicting
+    return Loaded(out, len(records), repeated, conflicting_ids, conflicting, first)
+
+
+def load_records(paths: Iterable[Path | str]) -> Loaded:
+    """The records of the files and folders (``files.py``), one per decision id
+    (``unique_records``); a line that is no record is a ``RecordError``."""
+    return unique_records([parse_record(d, s) for s, d in json_lines(paths)])
 
 
 def group_key(record: Record) -> tuple[str | None, ...]:
@@ -336,20 +287,3 @@ def disagreement(records: Sequence[Record]) -> str | None:
     if not parts:
         return None
     return "the records differ in " + "; ".join(parts)
-
-
-def outcome_line(decision_id: str, option: str) -> dict[str, Any]:
-    """An outcome naming ``option`` for ``decision_id``, in Model Monitor's shape (JSON
-    encoding: the option name as a JSON string, whatever characters it holds)."""
-    return {
-        "groundTruthData": {"data": json.dumps(option, ensure_ascii=False), "encoding": "JSON"},
-        "eventMetadata": {"eventId": decision_id},
-        "eventVersion": "0",
-    }
-
-
-def write_outcomes(path: Path | str, labels: Iterable[tuple[str, str]]) -> int:
-    """Write (decision id, option name) pairs as outcomes, in the order given; their count."""
-    lines = [json.dumps(outcome_line(d, o), ensure_ascii=False) + "\n" for d, o in labels]
-    Path(path).write_text("".join(lines), encoding="utf-8")
-    return len(lines)

@@ -85,7 +85,7 @@ def context_of(request: web.Request, api: str, **more: Any) -> Context:
     """A decision request's id, arrival and deadline (proxy/records.py); its API's name,
     or "invocations" when it came through SageMaker's path."""
     return Context(
-        request_id(request.headers),
+        request_id(request.headers, request.app[METRICS]),
         "invocations" if request.path == "/invocations" else api,
         request.get(ARRIVED) or time.perf_counter(),
         deadline=deadline_of(request),

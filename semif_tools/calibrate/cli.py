@@ -41,8 +41,8 @@ from proxy.decision.debias import divided, position_prior
 from proxy.decision.prompt import PROMPT_FORMAT_VERSION
 
 from ..drift import fit_distributions
+from ..outcomes import write_outcomes
 from ..progress import Bar
-from ..records import write_outcomes
 from .dataset import DataError, Item, data_sha256, load_items
 from .fit import (
     EXTRA_METHODS,
@@ -103,23 +103,26 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         type=Path,
         default=None,
-        help="fit from decision records instead of reading DATA again (from_records.py)",
+        help="fit from decision records instead of reading DATA again (from_records.py): "
+        "files, or folders read recursively in date order (aws s3 sync's copy of a dated "
+        "prefix; s3:// URIs are not read)",
     )
     p.add_argument(
         "--outcomes",
         nargs="+",
         type=Path,
         default=None,
-        help="with --records: outcomes in Model Monitor's ground-truth JSON lines, by "
-        "decision id; their order is the labelled set's",
+        help="with --records: outcomes in Model Monitor's ground-truth JSON lines (CSV or "
+        "JSON encoding), keyed by decision id or the capture's inferenceId or eventId; files "
+        "or folders as --records; their order is the labelled set's",
     )
     p.add_argument(
         "--write-outcomes",
         type=Path,
         default=None,
-        help="with DATA: write each item's gold answer as an outcome of the decision the "
-        "proxy recorded for its plain read (x_decision_id), in DATA's order, to fit the same "
-        "profile later with --records",
+        help="with DATA: write each item's gold answer as an outcome (CSV encoding, as AWS "
+        "documents ground truth) of the decision the proxy recorded for its plain read "
+        "(x_decision_id), in DATA's order, to fit the same profile later with --records",
     )
     p.add_argument(
         "--group-by",

@@ -32,17 +32,9 @@ from typing import Any
 from proxy.calibration.profile import profile_path, save
 from proxy.decision.question import NOUL_NAMES
 
-from ..records import (
-    AGREED,
-    Joined,
-    Record,
-    RecordError,
-    disagreement,
-    group_key,
-    join,
-    load_outcomes,
-    load_records,
-)
+from ..files import data_files
+from ..outcomes import Joined, join, load_outcomes
+from ..records import AGREED, Record, RecordError, disagreement, group_key, load_records
 from .cli import Fitted, _check, _methods, _summarise, fit_profile
 from .dataset import data_sha256
 from .fit import KINDS, Labelled
@@ -173,7 +165,7 @@ def records_main(args: argparse.Namespace) -> int:
         joined = join(load_records(args.records), load_outcomes(args.outcomes))
         print(f"records: {joined.summary()}", file=sys.stderr)
         groups = records_groups(joined, args.group_by)
-        sha = data_sha256([*args.records, *args.outcomes])
+        sha = data_sha256(data_files([*args.records, *args.outcomes]))
         jobs = []
         for number, pairs in enumerate(groups, 1):
             pairs = pairs[: args.limit] if args.limit is not None else pairs

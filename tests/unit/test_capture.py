@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from semif_tools import capture
+from tests.data.aws_samples import AWS_CAPTURE
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "data" / "capture"
@@ -286,15 +287,153 @@ def test_an_unreadable_line_is_said_and_skipped(line, problem):
     assert len(problems) == 1 and problems[0].startswith("line 1: ")
 
 
-def test_the_command_exits_1_when_a_line_is_skipped(tmp_path, capsys):
+def test_a_skipped_line_is_counted_and_named_not_fatal(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
-    bad.write_bytes(b"{not json\n" + FILE.read_bytes())
+    bad.write_bytes(b"{not json\n" + FILE.read_bytes() + b'{"eventMetadata": {}}\n')
     out = tmp_path / "records.jsonl"
-    assert capture.main([str(bad), "--out", str(out)]) == 1
+    assert capture.main([str(bad), "--out", str(out)]) == 0
     assert len(out.read_bytes().splitlines()) == len(EXPECTED)
-    assert f"{bad}: line 1: not a Data Capture event: skipped" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "6 events in 1 files, 9 records from 8 answers" in err
+    assert "; 2 lines skipped" in err
+    assert f"{bad}: line 1: not a Data Capture event: skipped" in err
+    assert f"{bad}: line 8: not a Data Capture event: skipped" in err
 
 
-def test_a_missing_file_is_refused(tmp_path, capsys):
-    assert capture.main([str(tmp_path / "nope.jsonl")]) == 2
-    assert "no such file" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("nope.jsonl", "nope.jsonl: no such file or folder"),
+        ("empty", "empty: no *.jsonl file in this folder or under it"),
+        ("s3://bucket/capture/", "s3:// URIs are not read directly"),
+    ],
+)
+def test_a_missing_file_is_refused(tmp_path, capsys, name, message):
+    (tmp_path / "empty").mkdir()
+    path = name if name.startswith("s3:") else str(tmp_path / name)
+    assert capture.main([path]) == 2
+    assert message in capsys.readouterr().err
+
+
+# -- streamed answers (text/event-stream) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "data"),
+    [
+        (b'data: {"a":1}\n\ndata: [DONE]\n\n', [b'{"a":1}']),
+        (b'data:{"a":1}\r\n\r\ndata: {"b":2}\r\rdata: [DONE]', [b'{"a":1}', b'{"b":2}']),
+        (b": a comment\nevent: x\nid: 3\ndata: 1\ndata: 2\n\n", [b"1\n2"]),  # data lines join
+        (b'data: {"a":1}', [b'{"a":1}']),  # ends without its blank line: still an event
+        (b"data:  two spaces\n\n", [b" two spaces"]),  # one space dropped, not two
+        (b"\n\n\n", []),
+        (b"data: [DONE]\n\n", []),
+    ],
+)
+def test_sse_data_is_each_events_data(raw, data):
+    assert capture.sse_data(raw) == data
+
+
+# The proxy's streamed chat decision, as proxy/routes/chat.py writes it
+# (stream_options.include_usage: the answer's chunk, then the usage chunk without semif)
+STREAMED_CHUNKS = [
+    {
+        "id": "chatcmpl-s-1",
+        "object": "chat.completion.chunk",
+        "model": "SmolLM2-135M-Instruct.Q4_1",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "content": "positive"},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "semif": {"choice": "positive", "decision_id": "s-1", "record": record(decision_id="s-1")},
+        "usage": None,
+    },
+    {
+        "id": "chatcmpl-s-1",
+        "object": "chat.completion.chunk",
+        "model": "SmolLM2-135M-Instruct.Q4_1",
+        "choices": [],
+        "usage": {"prompt_tokens": 96, "completion_tokens": 1, "total_tokens": 97},
+    },
+]
+STREAMED = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in STREAMED_CHUNKS)
+STREAMED += b"data: [DONE]\n\n"
+# a relayed streamed generation, as llama-server streams it (no semif: no record)
+GENERATION = (
+    b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Hel"}}],'
+    b'"created":1764756000,"id":"chatcmpl-x","model":"m","object":"chat.completion.chunk"}\n\n'
+    b'data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"created":1764756000,'
+    b'"id":"chatcmpl-x","model":"m","object":"chat.completion.chunk"}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+def _base64(raw: bytes, content_type: str = "text/event-stream") -> dict:
+    """An output as Data Capture stores a content type it was not told is JSON."""
+    return {
+        "observedContentType": content_type,
+        "mode": "OUTPUT",
+        "data": base64.b64encode(raw).decode(),
+        "encoding": "BASE64",
+    }
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        _base64(STREAMED),
+        _base64(STREAMED, "text/event-stream; charset=utf-8"),
+        _base64(STREAMED, "application/octet-stream"),  # read by its first bytes, "data:"
+        {"observedContentType": "text/event-stream", "data": STREAMED.decode(), "encoding": "CSV"},
+    ],
+)
+def test_a_streamed_decision_gives_its_record(output):
+    counts: Counter[str] = Counter()
+    found = list(capture.read_capture([event(output, eventId="e", inferenceId="s-1")], counts))
+    assert [(c.record, c.event_id, c.inference_id) for c in found] == [
+        (record(decision_id="s-1"), "e", "s-1")
+    ]
+    assert counts == Counter(events=1, answers=1, records=1)
+
+
+def test_a_relayed_streamed_generation_is_an_answer_without_a_record(tmp_path, capsys):
+    """It used to be an unreadable line (exit 1): a capture file holds every answer the
+    endpoint gave, generations too."""
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(
+        event(_base64(GENERATION), eventId="g") + b"\n" + event(_base64(STREAMED), eventId="e")
+    )
+    out = tmp_path / "records.jsonl"
+    assert capture.main([str(path), "--out", str(out)]) == 0
+    assert [orjson.loads(line)["decision_id"] for line in out.read_bytes().splitlines()] == ["s-1"]
+    err = capsys.readouterr().err
+    assert "2 events in 1 files, 1 records from 2 answers" in err
+    assert "1 answers without a record" in err and "; 0 lines skipped" in err
+
+
+def test_a_stream_whose_data_is_not_json_is_skipped():
+    problems: list[str] = []
+    line = event(_base64(b"data: {half\n\n"), eventId="e")
+    assert list(capture.read_capture([line], problems=problems)) == []
+    assert len(problems) == 1
+    assert problems[0].startswith("line 1: the captured text/event-stream is not JSON: ")
+
+
+# -- AWS's own sample -------------------------------------------------------------------
+
+
+def test_awss_sample_capture_line_is_read_as_an_answer_without_a_record():
+    """The reader takes AWS's own line (a CSV model's answer: no decision record in it), so a
+    format error shared by this project's writer and reader cannot hide."""
+    line = AWS_CAPTURE.replace("\n", "")
+    assert "\n" not in line and orjson.loads(line)["eventVersion"] == "0"
+    counts: Counter[str] = Counter()
+    assert list(capture.read_capture([line], counts)) == []
+    assert counts == Counter(events=1, answers=1, no_record=1)
+    event_ = orjson.loads(line)
+    assert capture.answers(event_["captureData"]["endpointOutput"]) == [0.0254181120544672]
+    assert capture.body(event_["captureData"]["endpointInput"]).endswith(b",0\n")

@@ -18,7 +18,8 @@ from semif_tools.drift import (
     parse_window,
     psi,
 )
-from semif_tools.records import join, load_outcomes, load_records
+from semif_tools.outcomes import join, load_outcomes
+from semif_tools.records import load_records
 
 EXACT = {"rel": 1e-12, "abs": 1e-15}
 DAY = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
@@ -84,7 +85,7 @@ def _synthetic(tmp_path):
 
 
 def _table(rec, out, profile=None, resamples=200):
-    records = load_records([rec])
+    records = load_records([rec]).records
     golds = {r.decision_id: g for r, g in join(records, load_outcomes([out])).pairs}
     return drift_table(
         decisions(records, golds, profile), parse_window("1d"), profile=profile, resamples=resamples
@@ -210,3 +211,35 @@ def test_histogram_and_psi():
     assert psi([5, 5], [5, 5]) == 0.0 and psi([0, 0], [1, 1]) is None
     # shares (0.8, 0.2) against (0.5, 0.5): 0.3 ln 1.6 - 0.3 ln 0.4
     assert psi([8, 2], [5, 5]) == pytest.approx(0.3 * math.log(1.6) - 0.3 * math.log(0.4), **EXACT)
+
+
+def test_retried_records_and_synced_folders_give_the_same_table(tmp_path, capsys):
+    """Records repeated (a client's retry) and a differing pair in synced dated folders
+    neither abort the report nor change it: repeats count once, the differing pair is left
+    out, both said; outcomes in a folder are read as a file is."""
+    rec, out = _synthetic(tmp_path)
+    page, plain, synced = tmp_path / "p.html", tmp_path / "plain.json", tmp_path / "synced.json"
+    argv = ["--window", "1d", "--resamples", "50", "--out", str(page)]
+    assert main([*argv, "--records", str(rec), "--outcomes", str(out), "--json", str(plain)]) == 0
+    lines = rec.read_text(encoding="utf-8").splitlines()
+    twin = json.loads(lines[0])
+    twin["decision_id"] = "d-twin"
+    other = {**twin, "options": ["a", "b", "x"]}
+    folder = tmp_path / "records"
+    hour1, hour2 = folder / "2026/12/02/10", folder / "2026/12/02/11"
+    hour1.mkdir(parents=True)
+    hour2.mkdir(parents=True)
+    (hour1 / "1.jsonl").write_text("\n".join([*lines, json.dumps(twin)]) + "\n")
+    (hour2 / "1.jsonl").write_text("\n".join([*lines[:30], json.dumps(other)]) + "\n")
+    outcomes = tmp_path / "outcomes" / "2026/12/03/09"
+    outcomes.mkdir(parents=True)
+    (outcomes / "gt.jsonl").write_text(out.read_text())
+    argv += ["--records", str(folder), "--outcomes", str(tmp_path / "outcomes")]
+    assert main([*argv, "--json", str(synced)]) == 0
+    assert json.loads(synced.read_text()) == json.loads(plain.read_text())
+    err = capsys.readouterr().err
+    assert (
+        "; 30 records repeat a decision id read again later (the last of each kept); 1 decision "
+        "ids name records that differ in prompt_hash or options: their 2 records left out "
+        f"(first: 'd-twin' at {hour2 / '1.jsonl'}:31)"
+    ) in err

@@ -40,6 +40,7 @@ from proxy.records import (
     Context,
     Recorder,
     decision_ids,
+    escape_id,
     open_recorder,
     prompt_hash,
     record_key,
@@ -56,8 +57,8 @@ KEY = b"k" * 16
 HASH_123 = "hmac-sha256:69775fbf37b0ba1ad3c48043820613d8953167d2adad8f76f84113830fdb7ac7"
 
 
-def _sample(metrics: Metrics, name: str) -> float:
-    value = metrics.registry.get_sample_value(name)
+def _sample(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
 
 
@@ -73,10 +74,25 @@ def _sample(metrics: Metrics, name: str) -> float:
         ("r1", ["0"], 3, {"0": "r1/3"}),  # a jsonlines line holding one decision
         ("r1", ["0", "1"], 0, {"0": "r1/0/0", "1": "r1/0/1"}),
         ("r1", [str(i) for i in range(3)], None, {"0": "r1/0", "1": "r1/1", "2": "r1/2"}),
+        # an InferenceId holding "/" or "%" enters a decision id percent-encoded: the first
+        # "/" of a decision id always ends its request part
+        ("a/b", ["0"], None, {"0": "a%2Fb"}),
+        ("a/b", ["x", "y"], None, {"x": "a%2Fb/x", "y": "a%2Fb/y"}),
+        ("50% off/2", ["0"], 1, {"0": "50%25 off%2F2/1"}),
+        ("t #1+2@x", ["0"], None, {"0": "t #1+2@x"}),  # other characters as they are
     ],
 )
 def test_decision_ids(request_id_, qids, line, expected):
     assert decision_ids(request_id_, qids, line) == expected
+
+
+@pytest.mark.parametrize(
+    ("request_id_", "escaped"),
+    [("abc-123_x.y:z", "abc-123_x.y:z"), ("a/b", "a%2Fb"), ("%2F", "%252F"), ("/%/", "%2F%25%2F")],
+)
+def test_escape_id_is_percent_encoding_of_percent_and_slash(request_id_, escaped):
+    assert escape_id(request_id_) == escaped
+    assert "/" not in escaped and escaped.replace("%2F", "/").replace("%25", "%") == request_id_
 
 
 @pytest.mark.parametrize(
@@ -85,7 +101,18 @@ def test_decision_ids(request_id_, qids, line, expected):
         ({"X-Request-Id": "abc-123_x.y:z"}, "abc-123_x.y:z"),
         ({"X-Request-Id": "a" * 128}, "a" * 128),
         ({"X-Amzn-SageMaker-Inference-Id": "inf-1", "X-Request-Id": "r"}, "inf-1"),
-        ({"X-Amzn-SageMaker-Inference-Id": "not valid", "X-Request-Id": "r"}, "r"),
+        # an InferenceId is kept whenever AWS accepts it: 1 to 64 printable ASCII characters,
+        # the first not a space (spaces, "/", "@", "#", "+" included)
+        (
+            {"X-Amzn-SageMaker-Inference-Id": "ticket 7/a@b#c+d", "X-Request-Id": "r"},
+            "ticket 7/a@b#c+d",
+        ),
+        ({"X-Amzn-SageMaker-Inference-Id": "~" * 64}, "~" * 64),
+        ({"X-Amzn-SageMaker-Inference-Id": "x" * 65, "X-Request-Id": "r"}, "r"),  # too long
+        ({"X-Amzn-SageMaker-Inference-Id": " lead", "X-Request-Id": "r"}, "r"),
+        ({"X-Amzn-SageMaker-Inference-Id": "tab\there", "X-Request-Id": "r"}, "r"),
+        ({"X-Amzn-SageMaker-Inference-Id": "caf\u00e9", "X-Request-Id": "r"}, "r"),  # not ASCII
+        ({"X-Amzn-SageMaker-Inference-Id": ""}, None),
         ({"X-Request-Id": "a" * 129}, None),  # too long
         ({"X-Request-Id": "a/b"}, None),  # a slash would make decision ids ambiguous
         ({"X-Request-Id": ""}, None),
@@ -100,6 +127,32 @@ def test_request_id_is_the_clients_when_valid_else_a_new_uuid(headers, expected)
         assert request_id(headers) != got  # new each time
     else:
         assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "replaced"),
+    [
+        ({"X-Amzn-SageMaker-Inference-Id": "ok id/1"}, {"inference_id": 0, "request_id": 0}),
+        ({"X-Amzn-SageMaker-Inference-Id": "x" * 65}, {"inference_id": 1, "request_id": 0}),
+        (
+            {"X-Amzn-SageMaker-Inference-Id": " x", "X-Request-Id": "a b"},
+            {"inference_id": 1, "request_id": 1},
+        ),
+        (
+            {"X-Amzn-SageMaker-Inference-Id": "", "X-Request-Id": "r"},
+            {"inference_id": 1, "request_id": 0},
+        ),
+        ({"X-Request-Id": "a/b"}, {"inference_id": 0, "request_id": 1}),
+        ({}, {"inference_id": 0, "request_id": 0}),  # none given: a new id, nothing replaced
+    ],
+)
+def test_a_refused_id_header_is_counted_by_header(headers, replaced):
+    metrics = Metrics()
+    request_id(headers, metrics)
+    assert {
+        header: _sample(metrics, "semif_request_ids_replaced_total", {"header": header})
+        for header in replaced
+    } == replaced
 
 
 # -- the hash -------------------------------------------------------------------------

@@ -14,16 +14,8 @@ from semif_tools.calibrate.dataset import data_sha256, load_items
 from semif_tools.calibrate.from_records import FromRecords, fit_records, recorded_debias
 from semif_tools.calibrate.read import Reading
 from semif_tools.capture import read_capture
-from semif_tools.records import (
-    RecordError,
-    disagreement,
-    gold_index,
-    join,
-    load_outcomes,
-    load_records,
-    parse_outcome,
-    parse_record,
-)
+from semif_tools.outcomes import gold_index, join, load_outcomes, parse_outcome
+from semif_tools.records import RecordError, disagreement, load_records, parse_record
 
 MODEL, BUILD, FORMAT, SCHEME = "smollm2-135m.gguf", "b11434", "semif-7", "prefix-63"
 CREATED = "2026-12-03T10:00:00Z"
@@ -181,10 +173,10 @@ def test_both_commands_write_the_same_profile(tmp_path, monkeypatch, capsys):
     common = ["--seed", "2", "--target-accuracy", "0.8", "--out-dir"]
     argv = [str(data), "--profile", "p", "--write-outcomes", str(outcomes)]
     assert cli.main([*argv, *common, str(tmp_path / "a")]) == 0
-    assert outcomes.read_text().splitlines()[:2] == [
-        '{"groundTruthData": {"data": "\\"x\\"", "encoding": "JSON"}, "eventMetadata": '
+    assert outcomes.read_text().splitlines()[:2] == [  # CSV, the encoding AWS documents
+        '{"groundTruthData": {"data": "x", "encoding": "CSV"}, "eventMetadata": '
         '{"eventId": "req-0000"}, "eventVersion": "0"}',
-        '{"groundTruthData": {"data": "\\"shipping\\"", "encoding": "JSON"}, "eventMetadata": '
+        '{"groundTruthData": {"data": "shipping", "encoding": "CSV"}, "eventMetadata": '
         '{"eventId": "req-0001"}, "eventVersion": "0"}',
     ]
     argv = ["--records", str(rec_path), "--outcomes", str(outcomes), "--profile", "p"]
@@ -209,6 +201,37 @@ def test_both_commands_write_the_same_profile(tmp_path, monkeypatch, capsys):
         == 2
     )
     assert "data.jsonl:1: the proxy's answer carries no x_decision_id" in capsys.readouterr().err
+
+
+def test_retried_records_in_a_synced_folder_fit_the_same_profile(tmp_path, capsys):
+    """calibrate --records FOLDER --outcomes FOLDER: the records of some decisions twice (a
+    client's retry, in a later hour's file) and the outcomes as --write-outcomes writes them,
+    CSV, in a dated folder: the same profile as from the plain files, and no abort."""
+    lines, readings = _labelled_set(seed=6, n_choice=60, n_noul=30)
+    rec_path, out_path = _served(tmp_path, readings, lines)
+    common = ["--profile", "p", "--seed", "2", "--target-accuracy", "0.8", "--out-dir"]
+    argv = ["--records", str(rec_path), "--outcomes", str(out_path), *common]
+    assert cli.main([*argv, str(tmp_path / "a")]) == 0
+    records = rec_path.read_text(encoding="utf-8").splitlines()
+    synced = tmp_path / "records"
+    for hour, rows in (("09", records), ("10", records[::7])):
+        (synced / f"2026/12/03/{hour}").mkdir(parents=True)
+        (synced / f"2026/12/03/{hour}/capture.jsonl").write_text("\n".join(rows) + "\n")
+    labels = tmp_path / "outcomes" / "2026/12/04/08"
+    labels.mkdir(parents=True)
+    (labels / "gt.jsonl").write_text(out_path.read_text())
+    argv = ["--records", str(synced), "--outcomes", str(tmp_path / "outcomes"), *common]
+    assert cli.main([*argv, str(tmp_path / "b")]) == 0
+    a, b = (json.loads((tmp_path / d / "p.json").read_text()) for d in "ab")
+    for profile in (a, b):
+        del profile["created"], profile["data_sha256"]
+    assert a == b
+    err = capsys.readouterr().err
+    assert (
+        "records: 90 of 91 records joined to an outcome; 1 records have none; 1 of 91 outcomes "
+        "name no record (first: "
+    ) in err
+    assert "; 13 records repeat a decision id read again later (the last of each kept)" in err
 
 
 @pytest.mark.parametrize(
@@ -267,12 +290,6 @@ def test_lines_are_checked_with_their_place(tmp_path):
     path.write_text(f"{good}\n\n   \n{{not json\n", encoding="utf-8")
     with pytest.raises(RecordError, match=r"r.jsonl:4: not JSON"):
         load_records([path])
-    path.write_text(f"{good}\n\n{good}\n", encoding="utf-8")
-    with pytest.raises(
-        RecordError,
-        match=r"r.jsonl:3: decision id 'a' again \(its record is first at .*r.jsonl:1\)",
-    ):
-        load_records([path])
     bad = _record("b", readings[0], raw_probabilities=[0.5, 0.5])
     with pytest.raises(
         RecordError, match="<record>: raw_probabilities must be a list of 3 numbers"
@@ -327,7 +344,7 @@ def test_records_read_from_a_data_capture_file_join_their_outcomes(tmp_path):
     lines = capture.read_text(encoding="utf-8").splitlines()
     path = tmp_path / "records.jsonl"
     path.write_bytes(b"".join(c.line() for c in read_capture(lines)))
-    records = load_records([path])
+    records = load_records([path]).records
     labels = [("a1b2c3/refund", "false"), ("batch-1/2/tone", "negative"), ("rr-9/0", "1")]
     outcomes = [parse_outcome(_outcome(d, label), f"o:{n}") for n, (d, label) in enumerate(labels)]
     joined = join(records, outcomes)
