@@ -73,23 +73,28 @@ async def post(
     )
 
 
-async def accuracy(url: str, requests: int) -> tuple[dict[str, list[float]], Counter]:
+async def accuracy(url: str, requests: int) -> tuple[dict[str, list[float]], Counter, list[str]]:
     lengths = [1, 3, 6, 12, 24]  # about 60 to 950 prompt tokens
     errors: dict[str, list[float]] = {"one at a time": [], "four at once": []}
     statuses: Counter = Counter()
+    late: list[str] = []  # admitted decisions that ended in 504
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         for i in range(requests):
             status, took, estimate, text = await post(session, url, decision(lengths[i % 5]))
             statuses[status] += 1
             if status == 200 and estimate is not None:
                 errors["one at a time"].append((estimate - took) / took)
+            if status == 504:
+                late.append(f"one at a time, {lengths[i % 5]} sentences, {took:.1f} s")
         for i in range(0, requests, 4):
             done = await asyncio.gather(
                 *(post(session, url, decision(lengths[(i + j) % 5])) for j in range(4))
             )
             timed = []
-            for status, took, estimate, _text in done:
+            for j, (status, took, estimate, _text) in enumerate(done):
                 statuses[status] += 1
+                if status == 504:
+                    late.append(f"four at once, {lengths[(i + j) % 5]} sentences, {took:.1f} s")
                 if status == 200 and estimate is not None:
                     errors["four at once"].append((estimate - took) / took)
                     timed.append((estimate, took))
@@ -97,7 +102,7 @@ async def accuracy(url: str, requests: int) -> tuple[dict[str, list[float]], Cou
             # the other three arrived, which the estimate cannot know
             for rank, (estimate, took) in enumerate(sorted(timed)):
                 errors.setdefault(f"  {rank + 1} of 4", []).append((estimate - took) / took)
-    return errors, statuses
+    return errors, statuses, late
 
 
 async def burst(url: str, size: int, decisions_only: bool = False) -> dict:
@@ -145,7 +150,7 @@ def main() -> None:
     parser.add_argument("--decisions-only", action="store_true")
     args = parser.parse_args()
     with llama_server() as llama_url, proxy(llama_url) as url:
-        errors, statuses = asyncio.run(accuracy(url, args.requests))
+        errors, statuses, late = asyncio.run(accuracy(url, args.requests))
         result = asyncio.run(burst(url, args.burst, args.decisions_only))
     machine = describe()
     print(
@@ -164,6 +169,9 @@ def main() -> None:
             print(f"  {name:14} {size:6.1%}  signed {signed:+6.1%}  (n = {len(values)})")
         else:
             print(f"  {name:14} no estimate (the costs were not known yet)")
+    print(f"  admitted decisions ending in 504 in part one: {len(late)}")
+    for line in late:
+        print(f"    {line}")
     print(f"burst of {result['sent']} at once, answered in {result['wall_s']:.1f} s:")
     for kind, counts in result["by_kind"].items():
         print(f"  {kind:10} " + ", ".join(f"{s}: {n}" for s, n in sorted(counts.items())))
