@@ -39,6 +39,15 @@ answer carries its record (``python -m semif_tools records-from-capture`` reads 
 Only the answers are captured unless ``--capture-inputs`` asks for the requests too, which hold
 the conversations; the JSON content types are declared, so captures hold JSON, not base64.
 
+With ``--capture`` the prompt hashes in the records (``prompt_hash``, an HMAC of the prompt's
+tokens) are keyed by one key for the whole deployment, so that they compare across its
+instances, restarts and redeployments: ``records.key`` under ``--records-key`` (an s3:// prefix
+of its own; default ``<name>-records-key/`` beside the model data), created with 32 random
+bytes when missing and kept when present. SageMaker copies it into the proxy's container as an
+additional model data source (``/opt/ml/additional-model-data-sources/records-key/``) and
+the proxy is told the file's path, never the key: an environment variable's value shows in
+DescribeModel. It may not sit in the capture bucket, beside the hashes it keys.
+
 ``transform`` runs a job on the single image (an existing model with ``--model``, or one it
 creates from ``--image``): JSON lines in, one answer per line out, in order, each payload
 bounded by ``--invocations-timeout``, which the proxy is told too (PROXY_INVOCATIONS_TIMEOUT),
@@ -57,6 +66,7 @@ import argparse
 import dataclasses
 import json
 import re
+import secrets
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -123,6 +133,13 @@ MIB = 1024 * 1024
 # declared so SageMaker stores them as JSON text, not base64 (it encodes undeclared ones)
 CAPTURE_JSON_TYPES = ("application/json", "application/jsonlines")
 CAPTURE_RECORDS = "answer"  # PROXY_DECISION_RECORDS: each answer carries its decisions' records
+# The prompt hashes' key (docs/sagemaker.md): an object of its own that SageMaker copies into
+# the proxy's container, whose path (not value) the proxy is told
+RECORDS_KEY_OBJECT = "records.key"
+RECORDS_KEY_CHANNEL = "records-key"  # AdditionalModelDataSources' ChannelName
+RECORDS_KEY_FILE = (
+    f"/opt/ml/additional-model-data-sources/{RECORDS_KEY_CHANNEL}/{RECORDS_KEY_OBJECT}"
+)
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,55}$")  # leaves room for "-config"
 _SUMMARY = "Create or delete the sidecar's SageMaker endpoint, or run a Batch Transform job."
 _GONE = {"ObjectNotFoundException", "ResourceNotFound"}
@@ -154,6 +171,7 @@ class DeployConfig:
     capture_s3_uri: str | None = None  # Data Capture's destination; None: no capture
     capture_percent: int = 100  # invocations captured (InitialSamplingPercentage)
     capture_inputs: bool = False  # capture the requests too (they hold the conversations)
+    records_key: str | None = None  # s3:// prefix of records.key; None: beside the model data
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -172,6 +190,18 @@ class DeployConfig:
             raise ValueError("--capture-percent: 1 to 100")
         if self.capture_inputs and self.capture_s3_uri is None:
             raise ValueError("--capture-inputs needs --capture")
+        if self.records_key is not None:
+            if self.capture_s3_uri is None:
+                raise ValueError("--records-key needs --capture (it keys the captured records)")
+            if not (self.records_key.startswith("s3://") and self.records_key.endswith("/")):
+                raise ValueError("--records-key must be an s3:// prefix ending in /")
+        if self.capture_s3_uri is not None and _bucket(self.key_prefix) == _bucket(
+            self.capture_s3_uri
+        ):
+            raise ValueError(
+                f"the records key would sit in the capture bucket ({_bucket(self.capture_s3_uri)}),"
+                " beside the hashes it keys: give --records-key s3://<another bucket>/<prefix>/"
+            )
         self.layout  # noqa: B018 - raises for a mix of images that names no layout
         if self.layout == "dlc" and self.startup_timeout_s < DLC_MIN_STARTUP_S:
             raise ValueError(
@@ -195,6 +225,54 @@ class DeployConfig:
     @property
     def gpu(self) -> bool:
         return is_gpu(self.instance_type)
+
+    @property
+    def key_prefix(self) -> str:
+        """The s3:// prefix that holds ``records.key``: ``--records-key``, else
+        ``<name>-records-key/`` in the model data's folder."""
+        if self.records_key is not None:
+            return self.records_key
+        folder = self.model_data.rpartition("/")[0]
+        return f"{folder}/{self.name}-records-key/"
+
+
+def _bucket(uri: str) -> str:
+    return uri.removeprefix("s3://").partition("/")[0]
+
+
+def ensure_records_key(cfg: DeployConfig, clients: Clients) -> bool:
+    """``records.key`` under ``cfg.key_prefix``: kept when it exists (so every instance,
+    restart and redeployment hashes alike), else created with 32 random bytes (as 64 hex
+    characters). Whether it was created."""
+    bucket, _, prefix = cfg.key_prefix.removeprefix("s3://").partition("/")
+    s3 = clients("s3")
+    try:
+        s3.head_object(Bucket=bucket, Key=prefix + RECORDS_KEY_OBJECT)
+        return False
+    except s3.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            raise
+    s3.put_object(
+        Bucket=bucket,
+        Key=prefix + RECORDS_KEY_OBJECT,
+        Body=secrets.token_hex(32).encode(),
+        ServerSideEncryption="AES256",
+    )
+    return True
+
+
+def records_key_source(cfg: DeployConfig) -> list[dict[str, Any]]:
+    """The proxy container's AdditionalModelDataSources: the key's prefix, uncompressed."""
+    return [
+        {
+            "ChannelName": RECORDS_KEY_CHANNEL,
+            "S3DataSource": {
+                "S3Uri": cfg.key_prefix,
+                "S3DataType": "S3Prefix",
+                "CompressionType": "None",
+            },
+        }
+    ]
 
 
 @dataclass(frozen=True)
@@ -221,6 +299,7 @@ def proxy_environment(cfg: DeployConfig) -> dict[str, str]:
     env = {"PROXY_UPSTREAM_UBATCH": str(ubatch(cfg)[1])}
     if cfg.capture_s3_uri is not None:
         env["PROXY_DECISION_RECORDS"] = CAPTURE_RECORDS
+        env["PROXY_DECISION_RECORDS_KEY_FILE"] = RECORDS_KEY_FILE
     return env
 
 
@@ -250,6 +329,8 @@ def model_request(cfg: DeployConfig) -> dict[str, Any]:
             "ModelDataUrl": cfg.model_data,
             "Environment": {**llama_environment(cfg), **proxy_environment(cfg)},
         }
+        if cfg.capture_s3_uri is not None:
+            request["PrimaryContainer"]["AdditionalModelDataSources"] = records_key_source(cfg)
         return request
     upstream = f"http://127.0.0.1:{DLC_PORT}" if cfg.layout == "dlc" else cfg.upstream_url
     proxy = {
@@ -261,6 +342,8 @@ def model_request(cfg: DeployConfig) -> dict[str, Any]:
             **proxy_environment(cfg),
         },
     }
+    if cfg.capture_s3_uri is not None:
+        proxy["AdditionalModelDataSources"] = records_key_source(cfg)
     llama_image = cfg.llama_image
     if cfg.layout == "dlc":
         llama_image = cfg.dlc_image or DLC_IMAGES["gpu" if cfg.gpu else "cpu"]
@@ -329,6 +412,8 @@ def scaling_policy_request(cfg: DeployConfig) -> dict[str, Any]:
 def create(cfg: DeployConfig, clients: Clients, *, wait: bool = True) -> Names:
     """Model, endpoint config, endpoint, then auto scaling (which needs the endpoint InService)."""
     names = Names.of(cfg.name)
+    if cfg.capture_s3_uri is not None:
+        ensure_records_key(cfg, clients)
     sagemaker = clients("sagemaker")
     sagemaker.create_model(**model_request(cfg))
     sagemaker.create_endpoint_config(**endpoint_config_request(cfg))
@@ -544,6 +629,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="capture the requests too (they hold the conversations; off by default)",
     )
+    make.add_argument(
+        "--records-key",
+        metavar="S3_PREFIX",
+        help="with --capture: an s3:// prefix of its own holding records.key, the prompt "
+        "hashes' key (created when missing; default <name>-records-key/ beside the model "
+        "data; not in the capture bucket)",
+    )
     make.add_argument("--min-instances", type=int, default=DeployConfig.min_instances)
     make.add_argument("--max-instances", type=int, default=DeployConfig.max_instances)
     make.add_argument(
@@ -605,6 +697,7 @@ def _config(args: argparse.Namespace) -> DeployConfig | TransformConfig:
         capture_s3_uri=args.capture,
         capture_percent=args.capture_percent,
         capture_inputs=args.capture_inputs,
+        records_key=args.records_key,
     )
 
 
@@ -636,6 +729,7 @@ def main(argv: Sequence[str] | None = None, *, clients: Clients | None = None) -
                 "command": "create",
                 "layout": cfg.layout,
                 "target_container_hostname": target,
+                "records_key": cfg.capture_s3_uri and cfg.key_prefix + RECORDS_KEY_OBJECT,
                 **dataclasses.asdict(names),
             }
         )

@@ -128,7 +128,7 @@ CAPTURE = deploy.DeployConfig(
     image="s",
     model_data="s3://b/m.tar.gz",
     role="arn:aws:iam::123456789012:role/r",
-    capture_s3_uri="s3://b/capture/",
+    capture_s3_uri="s3://captures/semif/",
 )
 
 
@@ -184,9 +184,22 @@ def test_template_and_deploy_py_agree_on_the_proxy_environment_with_capture(capt
         == model["PrimaryContainer"]["Environment"].get("PROXY_DECISION_RECORDS")
         == ("answer" if capture else None)
     )
+    assert (
+        ours.get("PROXY_DECISION_RECORDS_KEY_FILE")
+        == model["PrimaryContainer"]["Environment"].get("PROXY_DECISION_RECORDS_KEY_FILE")
+        == (deploy.RECORDS_KEY_FILE if capture else None)
+    )
+    sources = deploy.model_request(cfg)["PrimaryContainer"].get("AdditionalModelDataSources")
+    theirs = model["PrimaryContainer"].get("AdditionalModelDataSources")
+    if capture:  # the same channel; the template takes the prefix deploy.py derives or is given
+        assert theirs[0]["S3DataSource"]["S3Uri"] == {"Ref": "RecordsKeyS3Prefix"}
+        theirs[0]["S3DataSource"]["S3Uri"] = sources[0]["S3DataSource"]["S3Uri"]
+    assert theirs == sources
     two = when(RESOURCES["Model"]["Properties"], {**conditions, "Single": False})
     assert ("PROXY_DECISION_RECORDS" in two["Containers"][0]["Environment"]) is capture
+    assert ("AdditionalModelDataSources" in two["Containers"][0]) is capture
     assert "PROXY_DECISION_RECORDS" not in two["Containers"][1]["Environment"]
+    assert "AdditionalModelDataSources" not in two["Containers"][1]
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,9 @@ def clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clients]:
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE"):
         monkeypatch.delenv(var, raising=False)
     with mock_aws():
-        yield Clients()
+        made = Clients()
+        made("s3").create_bucket(Bucket="bucket")  # the model data's
+        yield made
 
 
 def test_create_builds_two_containers_an_endpoint_and_scaling(clients: Clients):
@@ -331,7 +333,7 @@ def test_bad_transform_arguments_start_nothing(clients: Clients, extra, capsys):
     assert clients("sagemaker").list_transform_jobs()["TransformJobSummaries"] == []
 
 
-CAPTURE = "s3://bucket/semif/capture/"
+CAPTURE = "s3://captures/semif/"  # not the model data's bucket, where the key goes
 
 
 def test_capture_keeps_the_answers_only_as_json_and_the_answers_carry_records(clients: Clients):
@@ -397,3 +399,70 @@ def test_the_capture_environment_names_the_setting_the_proxy_reads():
     )
     settings = load_settings([], deploy.proxy_environment(cfg))
     assert settings.decision_records == "answer"
+
+
+KEY = "semif/semif-test-records-key/records.key"  # beside the model data, by default
+
+
+def test_capture_keys_the_prompt_hashes_by_one_key_kept_across_deployments(clients: Clients):
+    argv = CREATE + ["--capture", CAPTURE]
+    assert deploy.main(argv, clients=clients) == 0
+    s3 = clients("s3")
+    key = s3.get_object(Bucket="bucket", Key=KEY)["Body"].read()
+    assert len(bytes.fromhex(key.decode())) == 32
+    proxy, llama = clients.create_model[-1]["Containers"]
+    assert proxy["AdditionalModelDataSources"] == [
+        {
+            "ChannelName": "records-key",
+            "S3DataSource": {
+                "S3Uri": "s3://bucket/semif/semif-test-records-key/",
+                "S3DataType": "S3Prefix",
+                "CompressionType": "None",
+            },
+        }
+    ]
+    assert proxy["Environment"]["PROXY_DECISION_RECORDS_KEY_FILE"] == (
+        "/opt/ml/additional-model-data-sources/records-key/records.key"
+    )
+    assert "AdditionalModelDataSources" not in llama
+    # the key's value is in no container's environment (DescribeModel shows them)
+    shown = json.dumps(clients.create_model[-1])
+    assert key.decode() not in shown
+    # deleted and created again (a redeployment): the same key, so hashes still compare
+    deploy.main(["delete", "--name", NAME, "--region", "us-east-1", "--no-wait"], clients=clients)
+    assert deploy.main(argv, clients=clients) == 0
+    assert s3.get_object(Bucket="bucket", Key=KEY)["Body"].read() == key
+
+
+def test_a_records_key_given_is_taken_as_it_is(clients: Clients, capsys):
+    s3 = clients("s3")
+    s3.create_bucket(Bucket="secrets")
+    s3.put_object(Bucket="secrets", Key="semif/records.key", Body=b"an operator's own key 1234")
+    argv = CREATE + ["--capture", CAPTURE, "--records-key", "s3://secrets/semif/"]
+    assert deploy.main(argv, clients=clients) == 0
+    kept = s3.get_object(Bucket="secrets", Key="semif/records.key")["Body"].read()
+    assert kept == b"an operator's own key 1234"
+    proxy = clients.create_model[-1]["Containers"][0]
+    assert proxy["AdditionalModelDataSources"][0]["S3DataSource"]["S3Uri"] == (
+        "s3://secrets/semif/"
+    )
+    assert json.loads(capsys.readouterr().out)["records_key"] == "s3://secrets/semif/records.key"
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--records-key", "s3://secrets/semif/"], "--records-key needs --capture"),
+        (["--capture", CAPTURE, "--records-key", "s3://secrets/k"], "ending in /"),
+        (["--capture", CAPTURE, "--records-key", "s3://captures/key/"], "capture bucket"),
+        # by default the key goes beside the model data: not when that is the capture bucket
+        (["--capture", "s3://bucket/semif/capture/"], "capture bucket"),
+    ],
+)
+def test_a_records_key_beside_the_captures_or_without_them_is_refused(
+    clients: Clients, extra, says, capsys
+):
+    assert deploy.main(CREATE + extra, clients=clients) == 2
+    assert says in capsys.readouterr().err
+    assert clients("sagemaker").list_models()["Models"] == []
+    assert clients("s3").list_objects_v2(Bucket="bucket").get("KeyCount", 0) == 0
