@@ -18,7 +18,7 @@ of the two commands is run.
     records.py    decision records read back: load (one per decision id), keys, agree
     outcomes.py   outcomes read and written (CSV, as AWS documents), joined to records
     files.py      the files a command is given: files, or synced dated folders
-    drift.py      the drift command's table; drift_page.py its HTML page
+    drift_cli.py  the drift command; drift.py its table, drift_page.py its HTML page
     capture.py    records-from-capture: decision records from SageMaker Data Capture files
 """
 
@@ -33,7 +33,7 @@ __all__ = ["COMMANDS", "OFFLINE", "EXTRA", "INSTALL", "run"]
 # each command's module; it has main(argv) -> exit status
 COMMANDS = {"calibrate": "semif_tools.calibrate.cli", "batch": "semif_tools.batch"}
 # commands of python -m semif_tools only (python -m proxy offers COMMANDS)
-OFFLINE = {"drift": "semif_tools.drift", "records-from-capture": "semif_tools.capture"}
+OFFLINE = {"drift": "semif_tools.drift_cli", "records-from-capture": "semif_tools.capture"}
 # the tools extra (pyproject.toml), by the name each is imported as
 EXTRA = ("httpx", "matplotlib", "tenacity", "tqdm")
 INSTALL = "pip install 'semif-sidecar[tools]'"
