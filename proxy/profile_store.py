@@ -167,7 +167,7 @@ def debias_for(
         if profile is None or not profile.position_prior:
             raise InvalidRequest(
                 'debias "pride" divides out a position prior estimated by '
-                "`python -m proxy calibrate --debias pride`: name a profile "
+                "`python -m semif_tools calibrate --debias pride`: name a profile "
                 "fitted that way",
                 param=param,
             )

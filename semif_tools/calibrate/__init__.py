@@ -4,7 +4,7 @@ running proxy, and write the profile and its report.
 What the proxy serves from a profile (the file format, the maps) is
 ``proxy/calibration/profile.py`` and ``transform.py``; everything here only makes one.
 
-    cli.py           python -m proxy calibrate (or python -m semif_tools calibrate)
+    cli.py           python -m semif_tools calibrate: the flags, reading, the two ways in
     dataset.py       the labelled JSONL format
     read.py          reading items through a running proxy (the only module that speaks HTTP)
     scores.py        accuracy, ECE, Brier, NLL, reliability bins, coverage curve

@@ -1,4 +1,5 @@
-"""``python -m proxy calibrate DATA.jsonl --profile NAME``: read, fit, write profile and report.
+"""``python -m semif_tools calibrate DATA.jsonl --profile NAME``: read, fit, write profile and
+report.
 
 Three steps, each its own function so tests can run them apart:
 ``read_answers`` (read.py, HTTP), ``fit_profile`` (profile_fit.py, pure),
@@ -68,7 +69,7 @@ MIN_PRIOR_SAMPLE = 10  # ... but at least this many per question type and option
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m proxy calibrate",
+        prog="python -m semif_tools calibrate",
         description="Fit a calibration profile on labelled System One requests read through a "
         "running proxy (or on decision records and their outcomes: --records, --outcomes), "
         "and write the profile and a report whose figures come from a held-out test split "

@@ -8,6 +8,8 @@
   without a circle, counting the imports that run inside functions (a circle broken only by
   a deferred import is still a circle), and across the two packages: one graph holds both.
   Imports under ``if TYPE_CHECKING:`` never run and are not counted.
+* ``proxy`` imports no module of ``semif_tools``, not even inside a function: the tools are
+  clients of the server, with a command of their own.
 """
 
 from __future__ import annotations
@@ -225,6 +227,18 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_server_and_the_tools_have_no_import_circle() -> None:
     cycle = _find_cycle(_graph(PROXY, TOOLS))
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_the_server_never_imports_the_tools() -> None:
+    """The tools are clients of the server: ``proxy`` imports no module of ``semif_tools``, at
+    module level or in a function (each package has its own command, pyproject.toml)."""
+    graph = _graph(PROXY, TOOLS)
+    upward = {
+        module: sorted(t for t in targets if t.partition(".")[0] == TOOLS.name)
+        for module, targets in graph.items()
+        if module.partition(".")[0] == PROXY.name
+    }
+    assert not {module: targets for module, targets in upward.items() if targets}
 
 
 @pytest.mark.parametrize(
