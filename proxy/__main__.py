@@ -1,9 +1,10 @@
-"""``python -m proxy``: parse flags, load settings once, serve until SIGINT/SIGTERM.
+"""``python -m proxy`` (installed: ``semif-proxy``): parse flags, load settings once, serve
+until SIGINT/SIGTERM.
 
-``python -m proxy calibrate DATA.jsonl --profile NAME`` fits a calibration profile
-against a running proxy instead, and ``python -m proxy batch IN.jsonl OUT.jsonl``
-answers a file of requests through one: both are offline tools of the package
-``semif_tools`` (the ``tools`` extra), imported only when one of them is run.
+The offline tools are commands of their own package, ``python -m semif_tools calibrate|batch``
+(installed: ``semif-tools``, pyproject.toml's ``[project.scripts]``); the server imports
+nothing of theirs. ``python -m proxy calibrate|batch``, where they used to live, prints the
+command to run instead.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shlex
 import sys
 
 from . import workers
@@ -19,8 +21,10 @@ from .config import load_settings
 from .logs import setup_logging
 from .server import loop_factory, serve
 
-TOOLS = ("calibrate", "batch")
-INSTALL_TOOLS = "pip install 'semif-sidecar[tools]'"
+__all__ = ["MOVED", "main", "cli"]
+
+# commands that were python -m proxy's and are python -m semif_tools's now
+MOVED = ("calibrate", "batch")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,27 +45,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def tool(name: str, argv: list[str]) -> int:
-    """Run the offline tool ``name`` (``semif_tools``); the server never imports it."""
-    try:
-        import semif_tools
-    except ModuleNotFoundError as exc:
-        if exc.name != "semif_tools":
-            raise
+def cli(argv: list[str] | None = None) -> int:
+    """``python -m proxy`` and ``semif-proxy``: serve; a moved command gets its new name
+    (exit status 2), with the arguments it was given."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] and argv[0] in MOVED:
         print(
-            f"python -m proxy {name} needs the offline tools, which are not installed: "
-            f"{INSTALL_TOOLS}",
+            f"{argv[0]} is a command of the offline tools, not of the server: run\n"
+            f"    python -m semif_tools {shlex.join(argv)}\n"
+            f"(or semif-tools {argv[0]} ... where the package is installed with its tools "
+            "extra: pip install 'semif-sidecar[tools]')",
             file=sys.stderr,
         )
         return 2
-    return semif_tools.run(name, argv)
-
-
-def _command(argv: list[str]) -> int:
-    if argv[:1] and argv[0] in TOOLS:
-        return tool(argv[0], argv[1:])
     return main(argv)
 
 
 if __name__ == "__main__":
-    sys.exit(_command(sys.argv[1:]))
+    sys.exit(cli())

@@ -3,6 +3,8 @@
     ProxyError                      status  meaning
     ├── InvalidRequest              400     the client sent something we refuse; names the field
     │   ├── InvalidHeader           400     a request header we refuse; names the header
+    │   ├── ProfileRefused          400     a calibration profile missing, broken or fitted for
+    │   │                                   another model or prompt format
     │   ├── NotFound                404     no such model (GET /v1/models/{id})
     │   ├── RequestTooLarge         413     body over the configured size
     │   ├── UnsupportedEncoding     415     a Content-Encoding aiohttp does not decode
@@ -10,6 +12,10 @@
     ├── Unauthorized                401     missing or wrong bearer key
     ├── AdminOnly                   403     a route that needs X-Admin-Key, asked without it
     ├── Overloaded                  429     too many decisions in flight and queued (Retry-After)
+    ├── InternalError               500     a failure no handler expected (a bug), logged under
+    │                                       the request id it carries (X-Request-Id)
+    ├── MetricsIncomplete           503     with --workers, a worker did not report its metrics
+    │                                       (Retry-After)
     └── UpstreamError                       llama-server could not give an answer
         ├── UpstreamUnavailable     503     unreachable or still loading (Retry-After)
         ├── UpstreamTimeout         504     no answer within the deadline
@@ -17,11 +23,13 @@
         └── UpstreamRejected        400     refused the request we built (e.g. over context)
 
 Foreign exceptions (aiohttp, JSON) are translated into these at the module that
-meets them (``upstream.py``, the routes); nothing else raises HTTP errors.
+meets them (``upstream.py``, the routes, the middleware); nothing else raises HTTP errors,
+and every route's errors, the metrics' included, are these.
 
 The bodies are built here, as plain data (``openai_error_body``, ``system_one_error``),
 so that ``protocol/`` can raise these without importing aiohttp; the middleware turns
-them into HTTP responses.
+them into HTTP responses (``render_error``), and ``routes/invocations.py`` a failed jsonlines
+line into its record (``error_record``).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ __all__ = [
     "ProxyError",
     "InvalidRequest",
     "InvalidHeader",
+    "ProfileRefused",
     "NotFound",
     "RequestTooLarge",
     "UnsupportedEncoding",
@@ -39,6 +48,8 @@ __all__ = [
     "Unauthorized",
     "AdminOnly",
     "Overloaded",
+    "InternalError",
+    "MetricsIncomplete",
     "UpstreamError",
     "UpstreamUnavailable",
     "UpstreamTimeout",
@@ -85,6 +96,14 @@ class InvalidHeader(InvalidRequest):
         super().__init__(message, param=header)
 
 
+class ProfileRefused(InvalidRequest):
+    """A named profile that does not exist, is broken, or was fitted for something else
+    (``profile_store.py``; System One: a 422 validation entry at ``x_calibration``, as the
+    API documents)."""
+
+    code = "calibration_profile"
+
+
 class NotFound(InvalidRequest):
     status = 404
     code = "model_not_found"
@@ -127,6 +146,19 @@ class AdminOnly(ProxyError):
     code = "admin_key_required"
 
 
+class InternalError(ProxyError):
+    """A failure no handler expected (a bug): its traceback is logged under ``request_id``,
+    which the answer carries in its message and in ``X-Request-Id``
+    (``middleware.handled``)."""
+
+    def __init__(self, request_id: str, what: str = "request"):
+        super().__init__(f"the proxy failed to answer this {what} (request id {request_id})")
+        self.request_id = request_id
+
+    def headers(self) -> dict[str, str]:
+        return {"X-Request-Id": self.request_id}
+
+
 class _RetryLater(ProxyError):
     """An answer that tells the client when to try again (``Retry-After``)."""
 
@@ -142,6 +174,15 @@ class Overloaded(_RetryLater):
     status = 429
     error_type = "rate_limit_error"
     code = "overloaded"
+
+
+class MetricsIncomplete(_RetryLater):
+    """With ``--workers``, a worker did not report its metrics: a partial sum would read as
+    a counter reset, so the scrape is refused and is to be tried again."""
+
+    status = 503
+    error_type = "server_error"
+    code = "metrics_incomplete"
 
 
 class UpstreamError(ProxyError):

@@ -1,5 +1,6 @@
 """The request middleware: metrics around everything, then authentication, then
-the handler, with every ``ProxyError`` rendered into its API's error body.
+the handler, with every failure (a ``ProxyError``, or a bug answered as ``InternalError``)
+counted by ``handled`` and rendered into its API's error body by ``render_error``.
 
 One middleware rather than three: each aiohttp middleware layer costs a call
 chain per request, and a decision's whole hop is budgeted in microseconds
@@ -22,6 +23,7 @@ from .admission import estimate_holder, server_timing
 from .app_keys import API, ARRIVED, KIND, METRICS, SETTINGS
 from .config import Settings
 from .errors import (
+    InternalError,
     InvalidRequest,
     ProxyError,
     RequestTooLarge,
@@ -33,7 +35,7 @@ from .errors import (
 )
 from .metrics import after_reply, upstream_seconds
 
-__all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "count_error", "render_error"]
+__all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "handled", "render_error"]
 
 log = logging.getLogger("proxy")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -58,8 +60,6 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
             _authenticate(request)
             _check_encoding(request)
             response = await handler(request)
-        except ProxyError as err:
-            response = _render(request, err)
         except web.HTTPRequestEntityTooLarge:
             limit = request.app[SETTINGS].max_body_bytes
             coded = " (decoded)" if "Content-Encoding" in request.headers else ""
@@ -79,13 +79,13 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
             if exc.status < 400:
                 raise
             if exc.status >= 500:
-                response = _unexpected(request, exc)
+                response = _render(request, exc)
             else:
                 err = InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"))
                 err.status = exc.status
                 response = _render(request, err)
-        except Exception as exc:  # noqa: BLE001 - logged with its traceback, answered in JSON
-            response = _unexpected(request, exc)
+        except Exception as exc:  # noqa: BLE001 - a ProxyError, or a bug: answered in JSON
+            response = _render(request, exc)
         status = response.status
         timing = server_timing(estimate)
         if timing is not None and not response.prepared:  # a stream's headers are gone
@@ -102,18 +102,24 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
 
 
-def _unexpected(request: web.Request, exc: BaseException) -> web.Response:
-    """A failure no handler expected: logged with a request id and its traceback, answered
-    500 in the route's error shape (never aiohttp's text 500), the id in ``X-Request-Id``."""
-    request_id = uuid.uuid4().hex[:16]
-    log.error(
-        "%s %s failed (request id %s)", request.method, request.path, request_id, exc_info=exc
-    )
-    response = _render(
-        request, ProxyError(f"the proxy failed to answer this request (request id {request_id})")
-    )
-    response.headers["X-Request-Id"] = request_id
-    return response
+def handled(
+    app: web.Application, method: str, path: str, exc: Exception, *, what: str = "request"
+) -> ProxyError:
+    """The ``ProxyError`` that answers ``exc``, counted: a ``ProxyError`` as raised; anything
+    else is a failure no handler expected, logged with its traceback under a new request id
+    and answered as ``InternalError`` (500, the id in its message and ``X-Request-Id``;
+    ``what`` failed: a request, or a jsonlines line). Every failure of a request (here) and
+    of a jsonlines line (``routes/invocations.py``) goes through it."""
+    if isinstance(exc, ProxyError):
+        err = exc
+    else:
+        request_id = uuid.uuid4().hex[:16]
+        log.error(
+            "%s %s: a %s failed (request id %s)", method, path, what, request_id, exc_info=exc
+        )
+        err = InternalError(request_id, what)
+    _count_error(app, method, path, err)
+    return err
 
 
 def _check_encoding(request: web.Request) -> None:
@@ -145,12 +151,12 @@ def authenticate(settings: Settings, header: str) -> None:
             raise Unauthorized("a valid 'Authorization: Bearer <key>' header is required")
 
 
-def _render(request: web.Request, err: ProxyError) -> web.Response:
+def _render(request: web.Request, exc: Exception) -> web.Response:
     api = request.get(API) or ("systemone" if request.path == "/v1/systemone" else "openai")
-    return render_error(request.app, request.method, request.path, api, err)
+    return render_error(api, handled(request.app, request.method, request.path, exc))
 
 
-def count_error(app: web.Application, method: str, path: str, err: ProxyError) -> None:
+def _count_error(app: web.Application, method: str, path: str, err: ProxyError) -> None:
     """``err`` counted (and an upstream failure logged): for an answer, or a jsonlines line."""
     metrics = app[METRICS]
     if isinstance(err, UpstreamError) and err.status >= 500:
@@ -160,11 +166,8 @@ def count_error(app: web.Application, method: str, path: str, err: ProxyError) -
         metrics.client_errors.labels(err.code).inc()
 
 
-def render_error(
-    app: web.Application, method: str, path: str, api: str, err: ProxyError
-) -> web.Response:
-    """``err`` counted and rendered in its API's error body ("openai" or "systemone")."""
-    count_error(app, method, path, err)
+def render_error(api: str, err: ProxyError) -> web.Response:
+    """``err`` in its API's error body ("openai" or "systemone"), built by ``errors.py``."""
     status, body, headers = system_one_error(err) if api == "systemone" else openai_error(err)
     return web.Response(
         status=status, body=orjson.dumps(body), content_type="application/json", headers=headers

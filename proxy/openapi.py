@@ -26,7 +26,6 @@ from .protocol.meta import (
     Alive,
     ExecutionParameters,
     Health,
-    MetricsUnavailable,
     ModelList,
     ModelObject,
 )
@@ -68,7 +67,6 @@ RESPONSES: tuple[type[BaseModel], ...] = (
     Health,
     Alive,
     ExecutionParameters,
-    MetricsUnavailable,
     OpenAIError,
     ValidationError,
     DetailError,
@@ -383,7 +381,9 @@ def _paths() -> dict[str, Schema]:
                 _response("the text exposition format", _TEXT),
                 {
                     "503": _response(
-                        "with --workers: a worker did not report", _json(_ref("MetricsUnavailable"))
+                        "with --workers: a worker did not report its metrics",
+                        _json(oa),
+                        retry_after=True,
                     )
                 },
                 open_route=True,

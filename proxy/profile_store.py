@@ -22,12 +22,11 @@ from .decision.debias import divide_out, shifts
 from .decision.outcome import Outcome
 from .decision.prompt import PROMPT_FORMAT_VERSION
 from .decision.question import Question
-from .errors import InvalidRequest
+from .errors import InvalidRequest, ProfileRefused
 from .upstream import ModelInfo
 
 __all__ = [
     "ProfileStore",
-    "ProfileRefused",
     "DebiasPlan",
     "apply_profile",
     "debias_for",
@@ -37,13 +36,6 @@ __all__ = [
 NO_PROFILE = "none"
 _log = logging.getLogger("proxy.profile_store")
 _MAX_NAME = 128
-
-
-class ProfileRefused(InvalidRequest):
-    """A named profile that does not exist, is broken, or was fitted for something else
-    (System One: a 422 validation entry at ``x_calibration``, as the API documents)."""
-
-    code = "calibration_profile"
 
 
 class ProfileStore:
@@ -167,7 +159,7 @@ def debias_for(
         if profile is None or not profile.position_prior:
             raise InvalidRequest(
                 'debias "pride" divides out a position prior estimated by '
-                "`python -m proxy calibrate --debias pride`: name a profile "
+                "`python -m semif_tools calibrate --debias pride`: name a profile "
                 "fitted that way",
                 param=param,
             )

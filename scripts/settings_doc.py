@@ -82,7 +82,7 @@ over the default. Settings are read once at start-up.
 {help_text()}
 ```
 
-`python -m proxy calibrate --help` and `python -m proxy batch --help` describe the two
+`python -m semif_tools calibrate --help` and `python -m semif_tools batch --help` describe the two
 client commands (see [calibration.md](calibration.md) and [operations.md](operations.md)).
 """
 

@@ -1,16 +1,19 @@
-"""``python -m semif_tools calibrate|batch ...``: the same commands as ``python -m proxy``'s;
-``python -m semif_tools drift ...``: the drift report (here only)."""
+"""``python -m semif_tools COMMAND ...`` (installed: ``semif-tools``): the offline tools'
+commands (``COMMANDS``), each with its own ``--help``."""
 
 from __future__ import annotations
 
 import sys
 
-from . import COMMANDS, OFFLINE, run
+from . import COMMANDS, run
+
+__all__ = ["main"]
 
 
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {**COMMANDS, **OFFLINE}:
-        names = ",".join([*COMMANDS, *OFFLINE])
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        names = ",".join(COMMANDS)
         usage = f"usage: python -m semif_tools {{{names}}} ... (each takes --help)"
         helped = argv[:1] in (["-h"], ["--help"])
         print(usage, file=sys.stdout if helped else sys.stderr)
@@ -19,4 +22,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``python -m proxy batch IN.jsonl OUT.jsonl``: a file of decisions through a running proxy.
+"""``python -m semif_tools batch IN.jsonl OUT.jsonl``: a file of decisions through a running proxy.
 
 Each input line is a System One request (``state`` + ``questions{}``), an OpenAI
 Decisions request (``input`` + ``questions[]``) or a chat request (``messages``,
@@ -332,7 +332,9 @@ async def run(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m proxy batch", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m semif_tools batch", description=__doc__.splitlines()[0]
+    )
     p.add_argument("input", type=Path, help="JSONL: one System One or chat request per line")
     p.add_argument("output", type=Path, help="JSONL written line by line: id and answer or error")
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the running proxy")

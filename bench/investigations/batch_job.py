@@ -1,4 +1,4 @@
-"""A batch job killed and resumed: `python -m proxy batch` over N lines (the labelled
+"""A batch job killed and resumed: `python -m semif_tools batch` over N lines (the labelled
 requests of tests/data, cycled, ids job-0000...), SIGKILLed once K records are written,
 then run again with --resume; prints each part's lines per second and checks that the
 output holds every id once, all answered.
@@ -57,7 +57,7 @@ def run(
 ) -> tuple[float, int | None]:
     """One run of the batch command; with ``kill_after``, SIGKILL it once that many
     records are in ``dst``. Seconds taken and the exit code (None when killed)."""
-    cmd = [sys.executable, "-m", "proxy", "batch", str(src), str(dst), "--url", url, *extra]
+    cmd = [sys.executable, "-m", "semif_tools", "batch", str(src), str(dst), "--url", url, *extra]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT)
     if kill_after is None:

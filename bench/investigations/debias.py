@@ -7,7 +7,7 @@ calibration, on the same held-out items.
 Starts llama-server and the proxy and reads every choice and noul item of
 tests/data/*.jsonl (score levels are ordered and never debiased) three times
 through ``POST /v1/systemone``: plain, ``x_debias: cyclic`` and ``x_debias:
-contextual``. The items are split as ``python -m proxy calibrate`` splits them
+contextual``. The items are split as ``python -m semif_tools calibrate`` splits them
 (same seed and test share); PriDe's position prior is estimated from the cyclic
 reads of the calibrate command's sample of the items outside the test split and
 divided out of the plain reads. Every figure is of the test split, on the probabilities as read

@@ -6,6 +6,6 @@ Pure logic, no I/O beyond reading and writing profile files.
     transform.py  the calibration maps (temperature, Platt, isotonic), top_index
 
 Fitting a profile (reading labelled items through a running proxy, the fit, the
-report) is an offline tool: ``semif_tools/calibrate`` (``python -m proxy calibrate``),
+report) is an offline tool: ``semif_tools/calibrate`` (``python -m semif_tools calibrate``),
 which imports these two modules; nothing here imports it.
 """

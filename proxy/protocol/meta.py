@@ -16,7 +16,6 @@ __all__ = [
     "Health",
     "Alive",
     "ExecutionParameters",
-    "MetricsUnavailable",
 ]
 
 
@@ -73,9 +72,3 @@ class ExecutionParameters(Open):
     MaxConcurrentTransforms: Count
     BatchStrategy: Literal["MULTI_RECORD"]
     MaxPayloadInMB: Count
-
-
-class MetricsUnavailable(Open):
-    """With --workers: a worker did not report its metrics."""
-
-    error: str

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -33,8 +32,8 @@ import orjson
 from aiohttp import web
 
 from ..app_keys import API, KIND, METRICS, MODELS, SETTINGS
-from ..errors import InvalidRequest, ProxyError, UpstreamTimeout, error_record
-from ..middleware import count_error
+from ..errors import InvalidRequest, UpstreamTimeout, error_record
+from ..middleware import handled
 from ..records import Context, request_id
 from .chat import chat_record, chat_reply
 from .common import check_depth, deadline_of, json_object
@@ -158,22 +157,16 @@ async def _jsonlines(request: web.Request) -> web.Response:
 
 
 async def answer_line(app: web.Application, raw: bytes, context: Context) -> dict[str, Any]:
-    """One jsonlines record's answer, or its error record (counted like a request's; an
-    unexpected failure is logged with an id and answered as a 500 record). ``context``:
-    the payload's request id and the line's number, for its decision ids."""
+    """One jsonlines record's answer, or its error record: counted like a request's, an
+    unexpected failure logged with an id and answered as a 500 record (the middleware's
+    ``handled``). ``context``: the payload's request id and the line's number, for its
+    decision ids."""
     try:
         if not raw.strip():
             raise InvalidRequest("the line is blank", code="blank_line")
         return await _answer(app, raw, context)
-    except ProxyError as err:
-        count_error(app, "POST", "/invocations", err)
-        return error_record(err)
-    except Exception as exc:  # noqa: BLE001 - one line's bug must not sink the payload
-        request_id = uuid.uuid4().hex[:16]
-        log.error("a jsonlines line failed (request id %s)", request_id, exc_info=exc)
-        return error_record(
-            ProxyError(f"the proxy failed to answer this line (request id {request_id})")
-        )
+    except Exception as exc:  # noqa: BLE001 - one line's failure must not sink the payload
+        return error_record(handled(app, "POST", "/invocations", exc, what="line"))
 
 
 async def _answer(app: web.Application, raw: bytes, context: Context) -> dict[str, Any]:

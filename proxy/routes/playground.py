@@ -50,7 +50,7 @@ async def report_page(request: web.Request) -> web.Response:
     if report is None:
         body = (
             f"<p>No calibration report in <code>{html.escape(str(directory))}</code> yet: "
-            "run <code>python -m proxy calibrate DATA.jsonl --profile NAME</code>.</p>"
+            "run <code>python -m semif_tools calibrate DATA.jsonl --profile NAME</code>.</p>"
         )
         title = "No calibration report"
     else:

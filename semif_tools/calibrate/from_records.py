@@ -35,9 +35,9 @@ from proxy.decision.question import NOUL_NAMES
 from ..files import data_files
 from ..outcomes import Joined, join, load_outcomes
 from ..records import AGREED, Record, RecordError, disagreement, group_key, load_records
-from .cli import Fitted, _check, _methods, _summarise, fit_profile
 from .dataset import data_sha256
 from .fit import KINDS, Labelled
+from .profile_fit import Fitted, check_settings, fit_profile, parse_methods, summarise
 
 __all__ = [
     "FromRecords",
@@ -128,7 +128,7 @@ def fit_records(
     created: str | None = None,
     **settings: Any,
 ) -> Fitted:
-    """The profile of these paired records (one group, in the outcomes' order): cli.py's
+    """The profile of these paired records (one group, in the outcomes' order):
     ``fit_profile`` on the items they make, with the model, build, prompt format and read
     scheme the records agree on; ``settings`` are fit_profile's (seed, folds, shares, ...)."""
     records = [r for r, _ in pairs]
@@ -156,8 +156,8 @@ def records_main(args: argparse.Namespace) -> int:
 
     try:
         profile_path(args.profile, args.out_dir)
-        methods = _methods(args.methods)
-        _check(args)
+        methods = parse_methods(args.methods)
+        check_settings(args)
         if not args.outcomes:
             raise FromRecords("--records needs --outcomes (the labels, by decision id)")
         if args.debias == "pride":
@@ -196,5 +196,5 @@ def records_main(args: argparse.Namespace) -> int:
             print(f"{fitted.profile.name}: {fitted.profile.n_items} items of {_describe(first)}")
         path = save(fitted.profile, args.out_dir)
         paths = write_report(args.out_dir, fitted.profile, fitted.fit)
-        _summarise(fitted, path, paths)
+        summarise(fitted, path, paths)
     return 0

@@ -1,4 +1,4 @@
-"""Calibrating rerank scores: ``python -m proxy calibrate`` on labelled rerank data.
+"""Calibrating rerank scores: ``python -m semif_tools calibrate`` on labelled rerank data.
 
 One JSON line per query, the documents to rank and which of them are relevant::
 

@@ -1,4 +1,4 @@
-"""``python -m proxy batch`` against the real proxy: killed mid-job, resumed, every line
+"""``python -m semif_tools batch`` against the real proxy: killed mid-job, resumed, every line
 answered exactly once; a bad line is an error record, never the end of the job."""
 
 import json
@@ -35,7 +35,7 @@ def _batch(src, out, url, *extra):
         [
             sys.executable,
             "-m",
-            "proxy",
+            "semif_tools",
             "batch",
             str(src),
             str(out),

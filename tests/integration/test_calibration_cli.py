@@ -14,9 +14,10 @@ import pytest
 from proxy.calibration.profile import load
 from proxy.decision.prompt import PROMPT_FORMAT_VERSION
 from scripts.stack import stop
-from semif_tools.calibrate.cli import fit_profile, main
+from semif_tools.calibrate.cli import main
 from semif_tools.calibrate.dataset import DataError, load_items, parse_item
 from semif_tools.calibrate.fit import Labelled, assign_roles
+from semif_tools.calibrate.profile_fit import fit_profile
 from semif_tools.calibrate.report import write_report
 from semif_tools.calibrate.scores import accuracy, negative_log_likelihood
 from tests.conftest import launch_proxy

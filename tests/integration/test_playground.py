@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from scripts.stack import stop
-from semif_tools.calibrate.cli import fit_profile
 from semif_tools.calibrate.fit import Labelled
+from semif_tools.calibrate.profile_fit import fit_profile
 from semif_tools.calibrate.report import write_report
 from tests.conftest import launch_proxy
 

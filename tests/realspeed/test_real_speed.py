@@ -229,7 +229,7 @@ def test_a_batch_job_with_long_deadlines(proxy: str, tmp_path: Path):
     src.write_text("".join(json.dumps(line) + "\n" for line in lines))
     started = time.monotonic()
     job = subprocess.run(
-        [sys.executable, "-m", "proxy", "batch", str(src), str(out), "--url", proxy],
+        [sys.executable, "-m", "semif_tools", "batch", str(src), str(out), "--url", proxy],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,5 @@
-"""The drift report (semif_tools/drift.py, drift_page.py): exact figures per window."""
+"""The drift report (semif_tools/drift.py, drift_page.py, drift_cli.py): exact figures per
+window."""
 
 import datetime as dt
 import json
@@ -14,10 +15,10 @@ from semif_tools.drift import (
     decisions,
     drift_table,
     histogram,
-    main,
     parse_window,
     psi,
 )
+from semif_tools.drift_cli import main
 from semif_tools.outcomes import join, load_outcomes
 from semif_tools.records import load_records
 

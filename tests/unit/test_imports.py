@@ -4,9 +4,12 @@
   ``proxy`` itself, pydantic (with its own dependencies) and orjson: checked in a fresh
   interpreter whose import system refuses every other top-level module, which is what an
   environment holding only pydantic and orjson would do.
-* The modules of ``proxy`` import each other without a circle, counting the imports that
-  run inside functions (a circle broken only by a deferred import is still a circle).
+* The modules of ``proxy`` and of ``semif_tools`` (the offline tools) import each other
+  without a circle, counting the imports that run inside functions (a circle broken only by
+  a deferred import is still a circle), and across the two packages: one graph holds both.
   Imports under ``if TYPE_CHECKING:`` never run and are not counted.
+* ``proxy`` imports no module of ``semif_tools``, not even inside a function: the tools are
+  clients of the server, with a command of their own.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROXY = ROOT / "proxy"
+TOOLS = ROOT / "semif_tools"
 PURE = ("decision", "protocol")
 # what the pure core may import besides the standard library: pydantic and what pydantic
 # itself needs (its wheel's requirements), and orjson
@@ -171,15 +175,19 @@ def _targets(
     return {name for name in named if name in known}
 
 
-def _graph(package: Path = PROXY) -> dict[str, set[str]]:
-    """Module -> the modules of ``package`` that its execution may import.
+def _graph(*packages: Path) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` that its execution may import.
 
     Importing ``proxy.routes.meta`` runs ``proxy/routes/__init__.py`` first, so an import
     also leads to the target's packages, except those that enclose the importer (they
     started before it and are already in ``sys.modules``). A package importing its own
     submodules is thus an edge down, never a circle with the submodule's implied way up.
     """
-    files = {_module_name(path, package.parent): path for path in package.rglob("*.py")}
+    files = {
+        _module_name(path, package.parent): path
+        for package in packages
+        for path in package.rglob("*.py")
+    }
     known = set(files)
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
@@ -216,9 +224,21 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_proxy_has_no_import_circle() -> None:
-    cycle = _find_cycle(_graph())
+def test_the_server_and_the_tools_have_no_import_circle() -> None:
+    cycle = _find_cycle(_graph(PROXY, TOOLS))
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_the_server_never_imports_the_tools() -> None:
+    """The tools are clients of the server: ``proxy`` imports no module of ``semif_tools``, at
+    module level or in a function (each package has its own command, pyproject.toml)."""
+    graph = _graph(PROXY, TOOLS)
+    upward = {
+        module: sorted(t for t in targets if t.partition(".")[0] == TOOLS.name)
+        for module, targets in graph.items()
+        if module.partition(".")[0] == PROXY.name
+    }
+    assert not {module: targets for module, targets in upward.items() if targets}
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,11 @@ from proxy.decision.prompt import (
 from proxy.decision.question import choice_question, noul_question, score_question
 from proxy.decision.readout import decide
 from proxy.errors import (
+    InternalError,
     InvalidRequest,
+    MetricsIncomplete,
     Overloaded,
+    ProfileRefused,
     Unprocessable,
     UpstreamUnavailable,
     error_record,
@@ -386,6 +389,9 @@ def test_rerank_answers_as_documented(method, give):
         InvalidRequest("bad", param="semif.options"),
         Overloaded("busy"),
         UpstreamUnavailable("down"),
+        ProfileRefused("no profile named p", param="x_calibration"),
+        InternalError("0123456789abcdef"),
+        MetricsIncomplete("1 of 2 workers did not report their metrics; scrape again"),
         Unprocessable([{"loc": ["body", "state"], "msg": "m", "type": "missing"}]),
     ],
 )

@@ -170,7 +170,7 @@ def test_a_profile_from_another_read_scheme_is_applied_with_one_warning(tmp_path
 
 
 def test_a_profile_is_refused_for_a_request_in_another_layout(tmp_path):
-    from proxy.profile_store import ProfileRefused
+    from proxy.errors import ProfileRefused
 
     store = ProfileStore(tmp_path)
     served = ModelInfo("m.gguf", 49152, 8192)

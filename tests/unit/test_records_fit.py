@@ -12,6 +12,7 @@ import pytest
 from semif_tools.calibrate import cli
 from semif_tools.calibrate.dataset import data_sha256, load_items
 from semif_tools.calibrate.from_records import FromRecords, fit_records, recorded_debias
+from semif_tools.calibrate.profile_fit import fit_profile
 from semif_tools.calibrate.read import Reading
 from semif_tools.capture import read_capture
 from semif_tools.outcomes import gold_index, join, load_outcomes, parse_outcome
@@ -139,7 +140,7 @@ def test_the_fit_from_records_is_the_re_reading_fit(tmp_path):
     assert [r.decision_id for r, _ in joined.pairs] == [f"req-{i:04d}" for i in range(160)]
     settings = dict(seed=7, folds=5, target_accuracy=0.8, min_automated=10)
     sha = data_sha256([data])
-    reread = cli.fit_profile(  # as cli.main calls it after read_answers
+    reread = fit_profile(  # as cli.main calls it after read_answers
         [r.labelled for r in readings],
         name="p",
         model=MODEL,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import email.utils
+import importlib
+import inspect
 import io
 import subprocess
 import sys
@@ -183,16 +185,18 @@ def _module_level_imports(path: Path) -> set[str]:
     return found
 
 
-def test_the_server_imports_nothing_of_the_tools():
-    tools = ("semif_tools", *semif_tools.EXTRA)
+def test_the_server_imports_nothing_of_the_tools_extra():
+    """Not httpx, matplotlib, tenacity nor tqdm at module level; semif_tools itself, at any
+    level, is test_imports.py's check."""
     imported = {
         str(p.relative_to(ROOT)): sorted(
-            m for m in _module_level_imports(p) if m.split(".")[0] in tools
+            m for m in _module_level_imports(p) if m.split(".")[0] in semif_tools.EXTRA
         )
         for p in sorted((ROOT / "proxy").rglob("*.py"))
     }
     assert not {k: v for k, v in imported.items() if v}
     # and what loading the server (and python -m proxy) imports, in a fresh interpreter
+    tools = ("semif_tools", *semif_tools.EXTRA)
     probe = (
         "import sys, proxy.__main__, proxy.app; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))"
@@ -203,22 +207,36 @@ def test_the_server_imports_nothing_of_the_tools():
     assert out.strip() == "[]"
 
 
-def test_the_proxys_subcommands_are_the_tools(capsys):
-    assert set(proxy_main.TOOLS) == set(semif_tools.COMMANDS)
+def test_the_commands_pyproject_declares_run_without_arguments():
+    """Each ``[project.scripts]`` entry names a function that takes no argument it needs
+    (the script calls it bare and exits with what it returns)."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {
+        "semif-proxy": "proxy.__main__:cli",
+        "semif-tools": "semif_tools.__main__:main",
+    }
+    for target in scripts.values():
+        module, _, name = target.partition(":")
+        inspect.signature(getattr(importlib.import_module(module), name)).bind()
+
+
+def test_the_tools_command_runs_each_tool(capsys):
+    assert set(proxy_main.MOVED) <= set(semif_tools.COMMANDS)
     with pytest.raises(SystemExit) as exc:
-        proxy_main._command(["batch", "--help"])
-    assert exc.value.code == 0 and "python -m proxy batch" in capsys.readouterr().out
+        tools_main.main(["batch", "--help"])
+    assert exc.value.code == 0 and "python -m semif_tools batch" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
         tools_main.main(["calibrate", "--help"])
     assert exc.value.code == 0 and "--profile" in capsys.readouterr().out
-    assert tools_main.main(["serve"]) == 2 and "calibrate,batch" in capsys.readouterr().err
+    assert tools_main.main(["serve"]) == 2
+    assert "{calibrate,batch,drift,records-from-capture}" in capsys.readouterr().err
 
 
-def _proxy_command(missing: str, *argv: str) -> subprocess.CompletedProcess:
-    """``python -m proxy ARGV`` in a fresh interpreter where ``missing`` cannot be imported."""
+def _command(package: str, missing: str, *argv: str) -> subprocess.CompletedProcess:
+    """``python -m PACKAGE ARGV`` in a fresh interpreter where ``missing`` cannot be imported."""
     code = (
-        f"import sys; sys.modules[{missing!r}] = None; from proxy.__main__ import _command; "
-        "sys.exit(_command(sys.argv[1:]))"
+        f"import sys, runpy; sys.modules[{missing!r}] = None; "
+        f"runpy.run_module({package!r}, run_name='__main__', alter_sys=True)"
     )
     return subprocess.run(
         [sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -230,17 +248,16 @@ def _proxy_command(missing: str, *argv: str) -> subprocess.CompletedProcess:
     [("batch", "httpx"), ("batch", "tenacity"), ("batch", "tqdm"), ("calibrate", "matplotlib")],
 )  # checked before anything is read
 def test_a_missing_extra_is_said_with_the_install_line(command, missing):
-    done = _proxy_command(missing, command, "in.jsonl", "out.jsonl", "--profile", "p")
+    done = _command("semif_tools", missing, command, "in.jsonl", "out.jsonl", "--profile", "p")
     assert (
         done.returncode == 2 and f"{command} needs {missing}, of the tools extra" in done.stderr
     ), done.stderr
     assert "pip install 'semif-sidecar[tools]'" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_missing_tools_are_said_with_the_install_line():
-    done = _proxy_command("semif_tools", "calibrate", "data.jsonl", "--profile", "p")
-    assert (
-        done.returncode == 2
-        and "python -m proxy calibrate needs the offline tools" in done.stderr
-        and "pip install 'semif-sidecar[tools]'" in done.stderr
-    )
+@pytest.mark.parametrize("missing", ["semif_tools", "_nothing"])  # the tools installed or not
+def test_the_servers_old_commands_say_the_new_one(missing):
+    done = _command("proxy", missing, "calibrate", "my data.jsonl", "--profile", "p")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "    python -m semif_tools calibrate 'my data.jsonl' --profile p\n" in done.stderr
+    assert "pip install 'semif-sidecar[tools]'" in done.stderr

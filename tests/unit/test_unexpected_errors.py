@@ -63,3 +63,34 @@ async def test_a_bug_is_a_json_500_with_a_request_id(client, caplog, method, pat
     assert record.exc_info is not None and "bug" in str(record.exc_info[1])
     metrics = await (await client.get("/metrics")).text()
     assert f'outcome="server_error",route="{path}"' in metrics
+
+
+async def test_a_bug_in_a_jsonlines_line_is_its_500_record_the_same_way(monkeypatch, caplog):
+    """One line of a jsonlines payload goes through the middleware's handler too."""
+    from aiohttp import web
+
+    from proxy.app_keys import METRICS
+    from proxy.metrics import Metrics
+    from proxy.routes import invocations
+
+    async def broken(app, raw, context):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(invocations, "_answer", broken)
+    app = web.Application()
+    app[METRICS] = Metrics()
+    with caplog.at_level(logging.ERROR, logger="proxy"):
+        record = await invocations.answer_line(app, b'{"state": "x"}', None)
+    request_id = record["error"]["message"].rpartition("request id ")[2].rstrip(")")
+    assert len(request_id) == 16
+    assert record == {
+        "error": {
+            "status": 500,
+            "message": f"the proxy failed to answer this line (request id {request_id})",
+            "type": "server_error",
+            "param": None,
+            "code": "internal_error",
+        }
+    }
+    (logged,) = [r for r in caplog.records if request_id in r.getMessage()]
+    assert logged.exc_info is not None and "a bug" in str(logged.exc_info[1])

@@ -122,13 +122,19 @@ async def test_a_scrape_while_a_worker_does_not_answer_is_503_not_a_partial_sum(
     from aiohttp.test_utils import TestClient, TestServer
 
     from proxy.app_keys import METRICS, PEERS
+    from proxy.middleware import MIDDLEWARES
     from proxy.routes.meta import metrics
 
-    app = web.Application()
+    app = web.Application(middlewares=MIDDLEWARES)
     app[METRICS] = Metrics()
     app[PEERS] = (str(tmp_path / "worker-1.sock"),)  # nobody listens there
     app.router.add_get("/metrics", metrics)
     async with TestClient(TestServer(app)) as client:
         resp = await client.get("/metrics")
-        assert resp.status == 503
-        assert "1 of 2 workers did not report" in (await resp.json())["error"]
+        assert resp.status == 503 and resp.headers["Retry-After"] == "2"
+        assert (await resp.json())["error"] == {  # OpenAI's shape, as every route's errors
+            "message": "1 of 2 workers did not report their metrics; scrape again",
+            "type": "server_error",
+            "param": None,
+            "code": "metrics_incomplete",
+        }
