@@ -24,7 +24,8 @@ JSON) is a moving average per step. Past the furthest position a kind was seen
 at, a step is costed at that position's cost per token: ``b`` is not
 extrapolated. Until a kind has been seen, its neighbour stands in (a batch
 costs what a chunk does and vice versa); until none has, nothing is estimated
-(``None``).
+(``None``). A state kept from an earlier run (``state``, ``restore``: the self-check's
+verdict keeps it) is a prior that weighs as one step of this run's.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ FORGET = 0.97  # weight of the previous steps when a new one is fitted in
 _OVERHEAD_SMOOTHING = 0.1
 DEFAULT_UBATCH = 512  # llama-server's -ub when it is not known
 _TILED = 64  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+PRIOR_STEPS = 1.0  # what a kept state weighs against this run's steps (``restore``)
 _FIT = "per-token"  # what ``state()``'s sums are sums of; a state fitted otherwise is not taken
 
 
@@ -133,7 +135,12 @@ class CostModel:
 
     def restore(self, state: Mapping[str, Any]) -> bool:
         """Take ``state`` (``state()``'s) when it is whole and fitted as this version fits;
-        whether it was."""
+        whether it was. It is a prior, not a measurement: each kind's sums are scaled to
+        weigh as ``PRIOR_STEPS`` steps (their fit unchanged), and nothing is estimated from
+        it until this run observes a step of its own (``step_s``). A state kept from a
+        check that ran while the machine was busy (a CI run, another container starting)
+        held costs five times the real ones; taken whole, it refused decisions at once as
+        past their deadline, and a refused decision teaches nothing."""
         if not isinstance(state, Mapping) or state.get("fit") != _FIT:
             return False
         try:
@@ -148,18 +155,26 @@ class CostModel:
                 for kind, c in state["steps"].items()
                 if kind in self.steps
             }
-            overhead, observed = float(state["overhead_s"]), int(state["observed"])
+            overhead = float(state["overhead_s"])
         except (KeyError, TypeError, ValueError, AttributeError):
             return False
         if set(steps) != set(self.steps) or any(
             len(c.sxx) != 3 or len(c.sxy) != 2 for c in steps.values()
         ):
             return False
-        self.steps, self.overhead_s, self.observed = steps, overhead, observed
+        for c in steps.values():  # a prior: as much say as PRIOR_STEPS steps of this run
+            if c.sxx[0] > PRIOR_STEPS:
+                scale = PRIOR_STEPS / c.sxx[0]
+                c.sxx = [x * scale for x in c.sxx]
+                c.sxy = [y * scale for y in c.sxy]
+        self.steps, self.overhead_s, self.observed = steps, overhead, 0  # this run's count
         return True
 
     def step_s(self, kind: str, evaluated: int, cached: int) -> float | None:
-        """Seconds one step takes on an idle server, or None while nothing is known."""
+        """Seconds one step takes on an idle server, or None while nothing is known: before
+        this run has observed a step of its own (a kept state alone estimates nothing)."""
+        if self.observed == 0:
+            return None
         order = {ONE: (ONE, CHUNK, BATCH), CHUNK: (CHUNK, BATCH, ONE), BATCH: (BATCH, CHUNK, ONE)}[
             kind
         ]

@@ -81,6 +81,36 @@ def test_a_step_that_evaluated_nothing_teaches_nothing():
     assert cost.a is None and cost.sxx == [0.0, 0.0, 0.0]
 
 
+def test_a_kept_state_is_a_prior_of_one_step_that_estimates_nothing_alone():
+    # ten steps at 20 ms per token, all on average at position 100 (a check on a busy
+    # machine): kept, then taken by a new run, they weigh as one step of its own
+    prior = {
+        "fit": "per-token",
+        "steps": {
+            "one": {"sxx": [0.0, 0.0, 0.0], "sxy": [0.0, 0.0], "a": None, "b": 0.0, "reach": 0.0},
+            "chunk": {
+                "sxx": [10.0, 1000.0, 100000.0],
+                "sxy": [0.2, 20.0],
+                "a": 0.02,
+                "b": 0.0,
+                "reach": 100.0,
+            },
+            "batch": {"sxx": [0.0, 0.0, 0.0], "sxy": [0.0, 0.0], "a": None, "b": 0.0, "reach": 0.0},
+        },
+        "overhead_s": 0.001,
+        "observed": 10,
+    }
+    model = CostModel()
+    assert model.restore(prior)
+    assert model.steps[CHUNK].sxx == pytest.approx([1.0, 100.0, 10000.0], rel=1e-12)
+    assert model.step_s(CHUNK, 100, 50) is None  # nothing from the prior alone
+    # one step of this run at 5 ms per token, at position 100 too: (0.97 * 0.02 + 0.005) /
+    # 1.97 per token; taken whole, the prior would give (0.97 * 0.2 + 0.005) / 10.7
+    model.observe(CHUNK, 100, 50, upstream_s=0.5, wall_s=0.5)
+    assert model.steps[CHUNK].a == pytest.approx((0.97 * 0.02 + 0.005) / 1.97, rel=1e-12)
+    assert model.step_s(CHUNK, 100, 50) == pytest.approx(100 * (0.97 * 0.02 + 0.005) / 1.97)
+
+
 def test_a_kind_not_yet_seen_is_costed_as_its_neighbour_plus_the_time_around():
     model = CostModel()
     assert model.step_s(CHUNK, 100, 0) is None

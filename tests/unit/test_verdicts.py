@@ -177,9 +177,12 @@ def test_the_costs_the_check_taught_are_kept_with_its_verdict(tmp_path) -> None:
     kept = Verdicts(path).costs("k")
     fresh = CostModel()
     assert kept is not None and fresh.restore(kept)
-    for kind, evaluated, cached in ((CHUNK, 57, 30), (CHUNK, 500, 0), (ONE, 1, 300)):
-        assert fresh.step_s(kind, evaluated, cached) == taught.step_s(kind, evaluated, cached)
-    assert fresh.observed == 3
+    # a prior: the same fit, weighing as one step, estimating nothing until a step of its own
+    for kind in (CHUNK, ONE):
+        assert fresh.steps[kind].a == pytest.approx(taught.steps[kind].a, rel=1e-12)
+        assert fresh.steps[kind].b == pytest.approx(taught.steps[kind].b, rel=1e-12, abs=1e-18)
+        assert fresh.steps[kind].sxx[0] == pytest.approx(1.0, rel=1e-12)
+    assert fresh.observed == 0 and fresh.step_s(CHUNK, 57, 30) is None
     assert Verdicts(path).costs("other") is None
 
 
