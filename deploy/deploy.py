@@ -236,19 +236,25 @@ class DeployConfig:
         return f"{folder}/{self.name}-records-key/"
 
 
+def _split(uri: str) -> tuple[str, str]:
+    """An s3:// URI's bucket and key."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
 def _bucket(uri: str) -> str:
-    return uri.removeprefix("s3://").partition("/")[0]
+    return _split(uri)[0]
 
 
-def ensure_records_key(cfg: DeployConfig, clients: Clients) -> bool:
+def ensure_records_key(cfg: DeployConfig, clients: Clients) -> None:
     """``records.key`` under ``cfg.key_prefix``: kept when it exists (so every instance,
     restart and redeployment hashes alike), else created with 32 random bytes (as 64 hex
-    characters). Whether it was created."""
-    bucket, _, prefix = cfg.key_prefix.removeprefix("s3://").partition("/")
+    characters)."""
+    bucket, prefix = _split(cfg.key_prefix)
     s3 = clients("s3")
     try:
         s3.head_object(Bucket=bucket, Key=prefix + RECORDS_KEY_OBJECT)
-        return False
+        return
     except s3.exceptions.ClientError as exc:
         if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
             raise
@@ -258,7 +264,6 @@ def ensure_records_key(cfg: DeployConfig, clients: Clients) -> bool:
         Body=secrets.token_hex(32).encode(),
         ServerSideEncryption="AES256",
     )
-    return True
 
 
 def records_key_source(cfg: DeployConfig) -> list[dict[str, Any]]:

@@ -108,9 +108,8 @@ async def _jsonlines(request: web.Request) -> web.Response:
     if not lines:
         raise InvalidRequest("the jsonlines body has no lines", code="empty_body")
     answers: list[bytes] = [b""] * len(lines)
-    payload = request_id(
-        request.headers, app[METRICS]
-    )  # line n's decisions: <payload>/<n>[/<question>]
+    # line n's decisions: <payload>/<n>[/<question>]
+    payload = request_id(request.headers, app[METRICS])
     todo = iter(enumerate(lines))
     late = UpstreamTimeout(
         f"the payload's {timeout_s:g} s deadline (PROXY_INVOCATIONS_TIMEOUT) passed before "
