@@ -134,7 +134,7 @@ def _settle(url: str, timeout_s: float = 900) -> None:
 
 # Twice a second. Each poll wakes three processes (this one, the proxy, llama-server's
 # HTTP thread) beside llama-server's compute threads; measured on 2 cores with the slow
-# model, polling at 10 Hz made its reads 22% slower (median of 5, 126 tokens each), and
+# model, polling at 10 Hz made its reads slower (a throwaway measurement), and
 # the self-check's reads teach the cost model (proxy/cost.py) the estimates start from.
 POLL_S = 0.5
 
