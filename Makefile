@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 RUNTIME_LOCK := requirements/runtime.lock
 DEV_LOCK     := requirements/dev.lock
 
-.PHONY: run test unit check venv venv-runtime lock prepare slow-model test-models browser crd bench \
+.PHONY: run test test-containers unit check venv venv-runtime lock prepare slow-model test-models browser crd bench \
 	results clean
 
 run: venv-runtime
@@ -21,6 +21,13 @@ run: venv-runtime
 
 test: venv check prepare test-models browser crd
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The container suite (tests/containers; docs/operations.md, "The container suite"): the
+# images built from the project's own Dockerfiles and run as users run them (compose, the
+# single image as SageMaker runs it, two containers). Needs a Docker engine: it skips
+# without one, unless CI=true or SEMIF_CONTAINERS_INSTALL=1 lets it install and start one.
+test-containers: venv prepare
+	$(PY) -m pytest tests/containers --containers $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

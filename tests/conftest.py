@@ -45,6 +45,22 @@ __all__ = [
 ]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--containers",
+        action="store_true",
+        help="collect the container suite, tests/containers (make test-containers)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/containers runs only when asked (make test-containers): it needs a Docker
+    engine, and builds and starts images."""
+    if collection_path == Path(__file__).parent / "containers":
+        return not config.getoption("containers")
+    return None
+
+
 @dataclass(frozen=True)
 class LlamaServer:
     url: str

@@ -150,11 +150,29 @@ def test_single_image_is_the_official_llama_build_with_both_entrypoints():
     ).group(1)
     assert f"docker/supervisord.conf {conf}" in copied
     env = " ".join(args_of(stage, "ENV"))
-    assert "PROXY_HOST=0.0.0.0" in env and "SUPERVISORD=/opt/semif/bin/supervisord" in env
-    # supervisor comes from the runtime lock (pyproject's `image` extra), into /opt/semif
+    assert "PROXY_HOST=0.0.0.0" in env and "SUPERVISORD=/usr/local/bin/supervisord" in env
+    # the interpreter is the official Python image's /usr/local (bookworm's glibc, which
+    # Ubuntu 24.04's runs), and supervisor comes from the runtime lock (pyproject's `image`
+    # extra), installed under /install in a stage of that image
+    assert "--from=python /usr/local /usr/local" in args_of(stage, "COPY")
+    assert "--from=build /install /usr/local" in args_of(stage, "COPY")
+    text_args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.MULTILINE))
+    assert text_args["PYTHON_IMAGE"] == "python:3.11-slim-bookworm"
     assert pins(RUNTIME_LOCK)["supervisor"][0] == "4.3.0"
-    assert any(RUNTIME_LOCK in run and "/opt/semif" in run for run in args_of(stage, "RUN"))
+    runs = args_of(instructions("Dockerfile.single"), "RUN")
+    assert any(RUNTIME_LOCK in run and "--prefix=/install" in run for run in runs)
     assert "/ping" in args_of(stage, "HEALTHCHECK")[-1]
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_only_package_registries_and_the_named_bases_are_fetched(name: str):
+    text = (ROOT / name).read_text()
+    # a `# syntax=` line pulls a frontend image; uv fetches Python from GitHub
+    assert not re.search(r"^#\s*syntax\s*=", text, re.MULTILINE | re.IGNORECASE)
+    assert "uv " not in text and "astral" not in text
+    bases = {rest.split()[0] for op, rest in instructions(name) if op == "FROM"}
+    # ${PYTHON_IMAGE} is python:3.11-slim(-bookworm); `python` is the stage of that name
+    assert bases <= {"${PYTHON_IMAGE}", "python", "ghcr.io/ggml-org/llama.cpp:${LLAMA_TAG}"}
 
 
 # The Python installs ---------------------------------------------------------------------
