@@ -20,9 +20,9 @@ Debian's ``docker.io`` and ``debootstrap`` (apt-get, as root) and Compose v2 fro
 the docker client through ``DOCKER_CONFIG``). A ``dockerd`` is started when none answers
 and stopped by whoever started it (``Engine.stop``).
 
-A build that must trust an extra certificate authority (a TLS-inspecting proxy between
-the build and PyPI) gets it as the BuildKit secret ``ca_bundle``: ``SEMIF_BUILD_CA`` names
-the bundle (docs/operations.md). Standard library only.
+Every build gets a CA bundle as the BuildKit secret ``ca_bundle`` (``build_ca``), which the
+images' pip trusts: a build behind a TLS-inspecting proxy needs it (docs/operations.md).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -159,6 +159,16 @@ def compose_plugin_dir(*, download: bool) -> Path | None:
     return config
 
 
+def build_ca(env: dict[str, str]) -> str | None:
+    """The CA bundle handed to builds as the secret ``ca_bundle``: SEMIF_BUILD_CA, else the
+    bundle this machine's pip or Python trusts (PIP_CERT, SSL_CERT_FILE), else the system's."""
+    for name in ("SEMIF_BUILD_CA", "PIP_CERT", "SSL_CERT_FILE"):
+        if env.get(name) and Path(env[name]).is_file():
+            return env[name]
+    system = Path("/etc/ssl/certs/ca-certificates.crt")
+    return str(system) if system.is_file() else None
+
+
 @dataclass
 class Engine:
     """The docker client the suite calls (as `docker` on PATH), and the dockerd it started."""
@@ -193,6 +203,9 @@ class Engine:
             "COMPOSE_PROGRESS": "plain",
             "BUILDKIT_PROGRESS": "plain",
         }
+        ca = build_ca(env)
+        if ca:
+            env["SEMIF_BUILD_CA"] = ca
         engine = cls(env=env, client=client)
         if engine.docker("info", check=False).returncode != 0:
             engine.started = engine._start_dockerd()
@@ -440,17 +453,21 @@ def ensure_bases(engine: Engine, names: list[str] | None = None) -> dict[str, st
 
 
 def standin_images(engine: Engine) -> list[str]:
-    """The stand-ins in the engine now (those labelled so by their recipes, and the root)."""
-    got = engine.docker(
-        "image",
-        "ls",
-        "--filter",
-        "label=org.semif.standin",
-        "--format",
-        "{{.Repository}}:{{.Tag}}",
-        check=False,
-    )
-    names = [n for n in got.stdout.split() if n and "<none>" not in n]
+    """The stand-ins in the engine now: the bases whose image carries the label their recipe
+    sets (images built on a stand-in inherit it, which tells where they came from, but are
+    not stand-ins), and the Debian root."""
+    names = []
+    for base in BASES:
+        got = engine.docker(
+            "image",
+            "inspect",
+            "--format",
+            '{{index .Config.Labels "org.semif.standin"}}',
+            base.name,
+            check=False,
+        )
+        if got.returncode == 0 and got.stdout.strip() not in ("", "<no value>"):
+            names.append(base.name)
     return names + ([DEBIAN_IMAGE] if engine.has_image(DEBIAN_IMAGE) else [])
 
 

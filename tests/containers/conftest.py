@@ -74,9 +74,6 @@ def engine() -> Iterator[Engine]:
         pytest.skip(
             f"container suite skipped: {e} (SEMIF_CONTAINERS_INSTALL=1 installs and starts one)"
         )
-    ca = os.environ.get("SEMIF_BUILD_CA") or os.environ.get("PIP_CERT")
-    if ca:  # the CA bundle this machine's pip trusts, given to the builds' pip (a secret)
-        got.env["SEMIF_BUILD_CA"] = ca
     before = _inventory(got)
     try:
         started = time.monotonic()
