@@ -62,6 +62,11 @@ __all__ = [
     "common_prefix",
     "dropped",
     "SlotBook",
+    "Placement",
+    "Trail",
+    "steps_at",
+    "OWN",
+    "ASIDE",
     "MAX_SMALL_CHUNK",
     "LONE_ROW_CELLS",
     "N_BATCH",
@@ -257,6 +262,30 @@ def _drop_after(keep: int, prompt: tuple[int, ...]) -> Step:
     return Step(keep + 1, True, keep, 1, junk=other)
 
 
+def steps_at(held: Held | None, prompt: tuple[int, ...], s_len: int, ubatch: int) -> list[Step]:
+    """The requests that read ``prompt`` in a slot holding ``held``: ``plan_prefix`` on the
+    prefix scheme (``ubatch``, llama-server's physical batch), else ``plan`` (``s_len``:
+    the length of the shared segment)."""
+    return plan_prefix(held, prompt, ubatch) if ubatch else plan(held, s_len, prompt)
+
+
+OWN, ASIDE = 0, 1  # the slots of a decision's estimate (``Trail``): its own, and another
+
+
+class Placement(NamedTuple):
+    """Where a read goes and what it evaluates there (``SlotBook.placement``): the slot,
+    what that slot holds (what the read builds on) and the requests that read it there."""
+
+    slot: int
+    held: Held | None
+    steps: list[Step]
+
+    @property
+    def evaluated(self) -> int:
+        """The tokens the read evaluates."""
+        return sum(step.evaluated for step in self.steps)
+
+
 def after(step: Step, prompt: tuple[int, ...]) -> tuple[int, ...]:
     """What the slot holds once ``step`` has run (``prompt`` itself after the last)."""
     held = prompt[: step.length]
@@ -394,6 +423,16 @@ class SlotBook:
                 best, best_rank = slot, rank
         return best
 
+    def placement(self, prompt: tuple[int, ...], s_len: int, ubatch: int) -> Placement:
+        """Where a read of ``prompt`` goes among the free slots and what it evaluates
+        there: the slot a lease takes (``_pick``: by ``prompt`` on the prefix scheme,
+        ``ubatch``; else by its segment, the first ``s_len`` tokens), what it holds, and
+        the requests the reader sends there (``steps_at``). Admission's estimate asks this
+        (``Trail``) rather than simulate the lease and the reader."""
+        slot = self._pick(prompt if ubatch else prompt[:s_len], bool(ubatch))
+        held = self.holds[slot]
+        return Placement(slot, held, steps_at(held, prompt, s_len, ubatch))
+
     def _worth_waiting(self, prompt: tuple[int, ...], own: int | None = None) -> int | None:
         """A leased slot whose read leaves at least ``WAIT_FOR_PREFIX`` tokens more of
         ``prompt`` in it than any free slot holds (when none is free, than the slot leaving
@@ -501,6 +540,11 @@ class SlotBook:
         """How many slots hold ``segment`` as their segment (the segment scheme)."""
         return sum(1 for h in self.holds.values() if h is not None and _same(segment, h))
 
+    def trail(self, ubatch: int, at_once: int = 0) -> Trail:
+        """A decision's reads, placed one after another as this book will place them
+        (``Trail``), for admission's estimate of what they evaluate."""
+        return Trail(self, ubatch, at_once)
+
     def _behind(self, segment: tuple[int, ...], awaited: int | None) -> int | None:
         """A busy slot a short lease may queue behind (``depth``): ``awaited`` when it
         has room, else the one with fewest leases, sharing most of ``segment``, used
@@ -577,6 +621,78 @@ class SlotBook:
         False: never). ``short``: a read of one request that any slot content reads the
         same (see ``depth``)."""
         return _Lease(self, segment, by_prefix, short, own, wait)
+
+
+class Trail:
+    """One decision's reads placed in turn before any is made, for admission's estimate
+    (``place``: where each goes and what it evaluates there). ``ubatch``: the prefix
+    scheme's physical batch, 0 on the segment scheme. ``at_once``: questions after the
+    first read at once, each in a slot of its own (a fan-out on the segment scheme).
+
+    The first read builds on what the book says it will (``SlotBook.base``,
+    ``base_segment``: the slot holding most of it, or the read it will wait for); that
+    slot is the decision's own (``OWN``), and each next read goes where the one before
+    left it, except that the questions of a fan-out beyond the slots holding the first's
+    segment (its own, at least) begin in a slot without it, and that a content-free read
+    goes where ``SlotBook.placement`` puts it between the decision's own slot, used last,
+    and another (``ASIDE``: where such a read went before, else the slot holding most of
+    it), with the decision's first prompt coming. A read that went aside leaves the
+    decision's own slot as it was."""
+
+    def __init__(self, book: SlotBook, ubatch: int, at_once: int = 0):
+        self._book, self._ubatch, self._at_once = book, ubatch, at_once
+        # the first read's prompt (its segment, on the segment scheme): what the slots
+        # will hold (``SlotBook.coming``); empty until a read is placed
+        self.first: tuple[int, ...] = ()
+        self._own: Held | None = None  # what the decision's own slot holds
+        self._aside: Held | None = None  # where content-free reads go, once one went aside
+        self._fresh = 0  # questions of the fan-out still to begin in a slot without it
+
+    def place(
+        self,
+        prompt: tuple[int, ...],
+        s_len: int,
+        *,
+        question: bool = False,
+        content_free: bool = False,
+    ) -> Placement:
+        """The next read of the decision, of ``prompt`` (its segment the first ``s_len``
+        tokens): the slot it goes to (``OWN`` or ``ASIDE``), what that holds and the
+        requests that read it there. ``question``: the first read of a question after
+        the first; ``content_free``: a content-free read (contextual calibration)."""
+        book, ubatch = self._book, self._ubatch
+        if not self.first:
+            if ubatch:
+                self.first, self._own = prompt, book.base(prompt)
+            else:
+                self.first, self._own = prompt[:s_len], book.base_segment(prompt, s_len)
+                self._fresh = max(0, self._at_once - max(1, book.holding(self.first)))
+        elif self._fresh and question:
+            self._own, self._fresh = None, self._fresh - 1
+        if content_free:
+            aside = self._aside or (
+                book.base(prompt) if ubatch else book.base_segment(prompt, s_len)
+            )
+            placed = self._slots(aside).placement(prompt, s_len, ubatch)
+        else:
+            placed = Placement(OWN, self._own, steps_at(self._own, prompt, s_len, ubatch))
+        if placed.slot == OWN:
+            self._own = Held(prompt, s_len)
+        else:
+            self._aside = Held(prompt, s_len)
+        return placed
+
+    def _slots(self, aside: Held | None) -> SlotBook:
+        """The free slots a content-free read chooses between, as a book of their own:
+        the decision's own, used last, and (when the book has more than one) ``aside``;
+        the decision's first prompt coming."""
+        view = SlotBook([OWN, ASIDE] if self._book.size > 1 else [OWN])
+        view.holds[OWN] = self._own
+        if ASIDE in view.holds:
+            view.holds[ASIDE] = aside
+        view._last_use[OWN] = 1
+        view._coming[OWN] = self.first
+        return view
 
 
 class _Lease:

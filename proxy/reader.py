@@ -24,8 +24,7 @@ from .kv import (
     after,
     common_prefix,
     lone_last,
-    plan,
-    plan_prefix,
+    steps_at,
 )
 from .metrics import Metrics
 from .upstream import Completion, NextToken, Upstream
@@ -130,7 +129,7 @@ class Reader:
         *,
         teach: bool = True,
     ) -> tuple[NextToken, int]:
-        """Read the next token after ``prompt`` evaluated the canonical way (``kv.plan``),
+        """Read the next token after ``prompt`` evaluated the canonical way (``kv.steps_at``),
         and the tokens evaluated for it (``teach``: whether its steps may teach the cost
         model; a start-up read that llama-server may have batched with another process's
         work does not, lest it be the only step the model has seen). A slot found changed
@@ -152,11 +151,7 @@ class Reader:
             if read is not None:
                 return read, spent
         while restarts < 2:
-            steps = (
-                plan_prefix(book.holds[slot], prompt, ubatch)
-                if ubatch
-                else plan(book.holds[slot], s_len, prompt)
-            )
+            steps = steps_at(book.holds[slot], prompt, s_len, ubatch)
             for step in steps:
                 sent = after(step, prompt)
                 last = step is steps[-1]

@@ -48,7 +48,6 @@ from .decision.readout import decide
 from .decision.selfcheck import Check
 from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse
-from .kv import Held, common_prefix, dropped, plan, plan_prefix
 from .metrics import Metrics, after_reply
 from .profile_store import NO_PROFILE, ProfileStore, apply_profile, debias_for
 from .prompt_cache import Prompt, PromptCache
@@ -560,40 +559,31 @@ class DecisionService:
         at_once: int = 0,
     ) -> tuple[Work | None, tuple[int, ...], dict[str, dict[int, _Prepared]]]:
         """The tokens and idle-server seconds of reading each question about ``messages``
-        in turn, the first on the slot holding most of its prompt and each next on the slot
-        the one before left (as the slot book places a conversation's questions), except
-        that ``at_once`` questions after the first are read at once (a fan-out on the
-        segment scheme), each in a slot of this process's own: those beyond the slots that
-        hold the first's segment (its own slot, at least) evaluate it again (the
-        content-free reads of such a fan-out run beside it, in whichever slot frees first,
-        and are costed where the one before went: one evaluation of the content-free turn,
-        or of the state, too few each time the fan-out took that slot); each read widened
-        as often as the last one with as many options. A question debiased
-        (``debias``: its cyclic shifts) is read once per shift, each on the slot the shift
-        before left, so each rotation's prompt is made here too; one in ``contextual``
-        is read once more about ``free`` (the content-free turn) unless that answer is
-        remembered, and that read is made and costed the same way, in the slot the slot
-        book would give it (``_stays``: its own when it keeps more there than it drops of
-        the decision, else a side slot, where the next such read follows). None while this
-        server's costs are unknown or the prompt cannot be planned (images; a template that
-        hides the options). With it, the first question's prompt (its segment, on the
-        segment scheme; empty when none was made): what the slots will hold
-        (``SlotBook.coming``), which decisions costed after it may build on; and the
-        prompts made on the way, by question id and shift, for the reads to take."""
+        in turn, each read where the slot book places it and costed as it evaluates there
+        (``SlotBook.trail``), except that ``at_once`` questions after the first are read
+        at once (a fan-out on the segment scheme), each in a slot of this process's own
+        (the content-free reads of such a fan-out run beside it, in whichever slot frees
+        first, and are costed where the one before went: one evaluation of the
+        content-free turn, or of the state, too few each time the fan-out took that slot);
+        each read widened as often as the last one with as many options. A question
+        debiased (``debias``: its cyclic shifts) is read once per shift, so each
+        rotation's prompt is made here too; one in ``contextual`` is read once more about
+        ``free`` (the content-free turn) unless that answer is remembered, and that read
+        is made and costed the same way. None while this server's costs are unknown or the
+        prompt cannot be planned (images; a template that hides the options). With it, the
+        first question's prompt (its segment, on the segment scheme; empty when none was
+        made): what the slots will hold (``SlotBook.coming``), which decisions costed
+        after it may build on; and the prompts made on the way, by question id and shift,
+        for the reads to take."""
         prepared: dict[str, dict[int, _Prepared]] = {}
         cost = self._reader.cost
         if cost.observed == 0:
             return None, (), prepared
         kwargs = rendering_kwargs(template_kwargs)
         ubatch = self._reader.ubatch
-        book = await self._reader.book()
-        before: Held | None = None
-        first: tuple[int, ...] = ()
+        trail = (await self._reader.book()).trail(ubatch, at_once)
         tokens = 0
         seconds = 0.0
-        again_fresh = 0  # questions of the fan-out read in a slot without the segment
-        side: Held | None = None  # where the content-free reads go, once one went aside
-        stays = False
         for qid, question in questions.items():
             asked_shifts = debias.get(qid, ())
             shifts = tuple(asked_shifts) if _rotated(question, asked_shifts) else (0,)
@@ -614,39 +604,19 @@ class DecisionService:
                 made[_FREE if shift is None else shift] = one_prompt
                 found, n_ctx = one_prompt.tokens, one_prompt.info.n_ctx
                 if found is None or (n_ctx and len(found[0]) >= n_ctx):
-                    return None, first, prepared  # read as it comes, or refused for its length
+                    return None, trail.first, prepared  # read as it comes, or refused: too long
                 prompt, s_len = found
-                if not first:
-                    # the slot holding most of it (its segment), or the read it will wait for
-                    if ubatch:
-                        first, before = prompt, book.base(prompt)
-                    else:
-                        first, before = prompt[:s_len], book.base_segment(prompt, s_len)
-                        again_fresh = max(0, at_once - max(1, book.holding(first)))
-                elif again_fresh and n_read == 0:
-                    before, again_fresh = None, again_fresh - 1
-                at = before
-                if shift is None:  # the content-free read: where SlotBook would put it
-                    other = side or (
-                        book.base(prompt) if ubatch else book.base_segment(prompt, s_len)
-                    )
-                    stays = book.size == 1 or (
-                        bool(ubatch) and _stays(before, other, prompt, first)
-                    )
-                    at = before if stays else other
-                steps = plan_prefix(at, prompt, ubatch) if ubatch else plan(at, s_len, prompt)
-                for step in steps:
+                placed = trail.place(
+                    prompt, s_len, question=n_read == 0, content_free=shift is None
+                )
+                for step in placed.steps:
                     step_s = cost.step_s(
                         kind_of(step.evaluated, ubatch), step.evaluated, step.cached
                     )
                     if step_s is None:
-                        return None, first, prepared
+                        return None, trail.first, prepared
                     tokens += step.evaluated
                     seconds += step_s
-                if shift is None and not stays:
-                    side = Held(prompt, s_len)
-                else:
-                    before = Held(prompt, s_len)
             # each read widened as often as the last one with as many options, at the
             # question's own prompt
             own = made[shifts[0]].tokens
@@ -654,7 +624,7 @@ class DecisionService:
             seconds += (widen - len(reads)) * (
                 cost.step_s(ONE, 1, len(own[0]) if own else 0) or 0.0
             )
-        return Work(tokens, seconds), first, prepared
+        return Work(tokens, seconds), trail.first, prepared
 
     # -- the read ---------------------------------------------------------------------
 
@@ -807,22 +777,6 @@ def _free_key(
 
 
 _FREE = -1  # a question's content-free prompt among its prepared ones (by cyclic shift)
-
-
-def _stays(
-    before: Held | None, other: Held | None, prompt: tuple[int, ...], main: tuple[int, ...]
-) -> bool:
-    """Whether a content-free read of ``prompt`` lands in the slot holding ``before`` (the
-    decision's own, ``main`` its first prompt) rather than in the one holding ``other``,
-    as ``SlotBook._pick_by_prefix`` chooses: fewer tokens to evaluate there, counting what
-    it drops of ``main`` that the other does not hold (a tie goes to the other: the own
-    slot was used last)."""
-    if before is None:
-        return False
-    kept = common_prefix(before.tokens, prompt)
-    elsewhere = common_prefix(other.tokens, main) if other else 0
-    lost = dropped(kept, common_prefix(before.tokens, main), elsewhere)
-    return lost - kept < -(common_prefix(other.tokens, prompt) if other else 0)
 
 
 def _rotated(question: Question, debias: Sequence[int]) -> bool:

@@ -9,7 +9,9 @@ import contextlib
 import pytest
 
 from proxy.kv import (
+    ASIDE,
     MAX_SMALL_CHUNK,
+    OWN,
     Held,
     SlotBook,
     Step,
@@ -736,3 +738,165 @@ async def test_short_leases_queued_behind_for_a_held_prefix_pass_the_line_at_mos
         assert passed <= book.size
     assert await other == slot and passed == book.size
     leases[-1][1].cancel()
+
+
+# -- where a read lands and what it evaluates there (SlotBook.placement, Trail) ----------
+
+OPENING = tuple(range(20))  # the template's opening, which every prompt shares
+LONG = OPENING + tuple(range(5000, 5280))  # a 300-token state: past 256 cells
+P1, P2, P3 = LONG + (1, 2, 3), LONG + (3, 2, 1), LONG + (4, 5, 6)  # 303 tokens each
+FREE_NEAR = LONG[:290] + (7,)  # a content-free turn sharing most of the state
+FREE_FAR, FREE_FAR2 = OPENING + (7, 8, 9), OPENING + (7, 8, 10)  # sharing the opening
+
+
+@pytest.mark.parametrize(
+    ("holds", "last_use", "coming", "prompt", "s_len", "ubatch", "slot", "steps"),
+    [
+        # an empty book: the first slot, all of it evaluated (two requests past 256 cells)
+        (
+            [None, None],
+            {},
+            None,
+            P1,
+            300,
+            63,
+            0,
+            [Step(302, False, 0, 302), Step(303, True, 302, 1)],
+        ),
+        # a slot holding a prefix of the prompt: from there
+        (
+            [Held(OPENING, 0), Held(LONG[:200], 0)],
+            {},
+            None,
+            P1,
+            300,
+            63,
+            1,
+            [Step(302, True, 200, 102), Step(303, True, 302, 1)],
+        ),
+        # two slots holding the same prefix: the one used longest ago
+        (
+            [Held(LONG[:200], 0), Held(LONG[:200], 0)],
+            {0: 2, 1: 1},
+            None,
+            P1,
+            300,
+            63,
+            1,
+            [Step(302, True, 200, 102), Step(303, True, 302, 1)],
+        ),
+        # a read keeps off the slot holding the state a coming decision reads on
+        (
+            [Held(P1, 0), Held(OPENING + (900, 901), 0)],
+            {},
+            P2,
+            FREE_FAR,
+            20,
+            63,
+            1,
+            [Step(23, True, 20, 3)],
+        ),
+        # ... unless it keeps more of it there than it drops: the content-free read stays
+        ([Held(P1, 0), None], {}, P2, FREE_NEAR, 20, 63, 0, [Step(291, True, 290, 1)]),
+        # the segment scheme: an empty book, the segment cold
+        (
+            [None, None],
+            {},
+            None,
+            P,
+            S_LEN,
+            0,
+            0,
+            [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)],
+        ),
+        # ... and the slot holding the segment, from its end
+        (
+            [None, _h(S + (300, 301))],
+            {},
+            None,
+            P,
+            S_LEN,
+            0,
+            1,
+            [Step(15, True, 10, 5), Step(16, True, 15, 1)],
+        ),
+    ],
+    ids=["empty", "prefix", "shared", "keeps-off", "stays", "segment-empty", "segment-held"],
+)
+async def test_placement_is_the_slot_a_lease_takes_and_the_steps_read_there(
+    holds, last_use, coming, prompt, s_len, ubatch, slot, steps
+):
+    book = SlotBook(len(holds))
+    book.holds = dict(enumerate(holds))
+    book._last_use.update(last_use)
+    with book.coming(coming) if coming else contextlib.nullcontext():
+        placed = book.placement(prompt, s_len, ubatch)
+        assert placed == (slot, holds[slot], steps)
+        assert placed.evaluated == sum(step.evaluated for step in steps)
+        segment = prompt if ubatch else prompt[:s_len]
+        async with book.lease(segment, by_prefix=bool(ubatch)) as leased:
+            assert leased == slot
+
+
+# each read: (prompt, s_len, question, content_free) -> (slot, what it builds on, evaluated)
+_NEAR_TRAIL = [
+    ((P1, 300, False, False), (OWN, None, 303)),  # an empty book: all of it
+    ((P2, 300, False, False), (OWN, Held(P1, 300), 3)),  # a rotation: its own part
+    ((FREE_NEAR, 290, False, True), (OWN, Held(P2, 300), 1)),  # keeps more than it drops
+    ((P3, 300, True, False), (OWN, Held(FREE_NEAR, 290), 13)),  # the next question after it
+]
+_FAR_TRAIL = [
+    ((P1, 300, False, False), (OWN, None, 303)),
+    ((FREE_FAR, 20, False, True), (ASIDE, None, 23)),  # would drop the state: aside
+    ((P3, 300, True, False), (OWN, Held(P1, 300), 3)),  # the state still in its own slot
+    ((FREE_FAR2, 20, False, True), (ASIDE, Held(FREE_FAR, 20), 1)),  # where the last went
+]
+_TIE_TRAIL = [  # as much kept as dropped: the other slot, the decision's was used last
+    ((P1, 300, False, False), (OWN, None, 303)),
+    ((P2, 300, False, False), (OWN, Held(P1, 300), 3)),
+    ((LONG[:150] + (7,), 150, False, True), (ASIDE, None, 151)),
+]
+_ALONE_TRAIL = [  # one slot: the content-free read takes it, state and all
+    ((P1, 300, False, False), (OWN, None, 303)),
+    ((FREE_FAR, 20, False, True), (OWN, Held(P1, 300), 3)),
+    ((P3, 300, True, False), (OWN, Held(FREE_FAR, 20), 283)),
+]
+QA, QB, QC = S + Q, S + tuple(range(300, 306)), S + tuple(range(400, 406))
+FREE_SEGMENT = (100, 101, 500, 501, 502, 503, 504, 505)  # the content-free turn's own segment
+_SEGMENT_TRAIL = [  # a fan-out of two at once over two empty slots
+    ((QA, S_LEN, False, False), (OWN, None, 16)),
+    ((FREE_SEGMENT, 4, False, True), (ASIDE, None, 8)),  # keeps off the coming segment
+    ((QB, S_LEN, True, False), (OWN, None, 16)),  # in the other slot: the segment again
+    ((QC, S_LEN, True, False), (OWN, Held(QB, S_LEN), 6)),
+]
+
+
+@pytest.mark.parametrize(
+    ("slots", "ubatch", "at_once", "reads"),
+    [
+        (2, 63, 0, _NEAR_TRAIL),
+        (2, 63, 0, _FAR_TRAIL),
+        (2, 63, 0, _TIE_TRAIL),
+        (1, 63, 0, _ALONE_TRAIL),
+        (2, 0, 2, _SEGMENT_TRAIL),
+    ],
+    ids=["near", "far", "tie", "alone", "segment"],
+)
+def test_a_trail_places_a_decisions_reads_as_the_book_will(slots, ubatch, at_once, reads):
+    """Admission's estimate: each read of a decision, where it lands and what it evaluates
+    there, the first in an empty book."""
+    trail = SlotBook(slots).trail(ubatch, at_once)
+    for (prompt, s_len, question, content_free), (slot, held, evaluated) in reads:
+        placed = trail.place(prompt, s_len, question=question, content_free=content_free)
+        assert (placed.slot, placed.held, placed.evaluated) == (slot, held, evaluated)
+    first = reads[0][0]
+    assert trail.first == (first[0] if ubatch else first[0][: first[1]])
+
+
+def test_a_trail_builds_on_the_state_a_coming_decision_reads():
+    """The first read waits for the decision reading its state (``SlotBook.base``): only
+    its own last token is evaluated."""
+    book = SlotBook(4)
+    with book.coming(_asked(0)):
+        placed = book.trail(63).place(_asked(1), len(STATE))
+    assert placed == (OWN, Held(_asked(1)[:1504], 0), [Step(1505, True, 1504, 1)])
