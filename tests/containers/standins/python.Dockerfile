@@ -19,7 +19,7 @@ RUN curl -fsSL -o python.tgz \
     && echo "${PYTHON_SHA256}  python.tgz" | sha256sum -c - \
     && tar -xzf python.tgz --strip-components=1 && rm python.tgz
 RUN ./configure --prefix=/usr/local --enable-shared --with-system-expat \
-       --with-ensurepip=install LDFLAGS=-Wl,--strip-all >/dev/null \
+       --with-ensurepip=install --disable-test-modules LDFLAGS=-Wl,--strip-all >/dev/null \
     && make -j"$(nproc)" >/dev/null \
     && make install >/dev/null \
     && find /usr/local/lib/python3.11 -depth -type d \
