@@ -21,11 +21,15 @@ from tests.containers.kit import CHAT, READY_S, ROOT, S1, figure, status, until
 SERVICES = ("llama", "proxy", "prometheus")
 URL = "http://127.0.0.1:8080"
 PROMETHEUS = "http://127.0.0.1:9090"
-PROJECT = "semif-sidecar"  # docker-compose.yml's name
+# docker-compose.yml names its project semif-sidecar; the suite's runs under a name of its
+# own, so that a user's running stack is neither taken over nor taken down by `down -v`
+PROJECT = "semif-suite"
 
 
 def compose(engine: Engine, *args: str, check: bool = True, timeout: float | None = None):
-    return engine.docker("compose", *args, cwd=ROOT, check=check, timeout=timeout)
+    return engine.docker(
+        "compose", "--project-name", PROJECT, *args, cwd=ROOT, check=check, timeout=timeout
+    )
 
 
 def project_objects(engine: Engine) -> dict[str, list[str]]:
