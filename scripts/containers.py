@@ -36,7 +36,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -176,7 +176,6 @@ class Engine:
     env: dict[str, str]
     client: str
     started: subprocess.Popen[bytes] | None = None
-    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def ensure(cls, *, install: bool) -> Engine:
