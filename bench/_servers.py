@@ -102,13 +102,23 @@ def pin(pid: int, core: int) -> None:
 
 @contextlib.contextmanager
 def proxy_process(
-    upstream_url: str, extra: list[str] | None = None, ubatch: int | None = UBATCH
+    upstream_url: str,
+    extra: list[str] | None = None,
+    ubatch: int | None = UBATCH,
+    cwd: Path = ROOT,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """The proxy's URL and its process (for its PID: RSS, /proc); ``ubatch``: the -ub of
-    the llama-server before it (``UBATCH``, as ``llama_server`` starts it; None: unknown)."""
+    the llama-server before it (``UBATCH``, as ``llama_server`` starts it; None: unknown);
+    ``cwd``: the checkout whose proxy runs (this one by default)."""
     with _serving(
         lambda port, log: start_proxy(
-            port, upstream_url, extra, log=log, ubatch=ubatch, connections=ubatch and CONNECTIONS
+            port,
+            upstream_url,
+            extra,
+            log=log,
+            ubatch=ubatch,
+            connections=ubatch and CONNECTIONS,
+            cwd=cwd,
         ),
         timeout_s=30,
         path="/livez",
