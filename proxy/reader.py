@@ -1,6 +1,6 @@
 """Repeatable reads on llama-server's slots.
 
-The reader owns the slot book (``proxy/kv.py``: which slots this worker leases and
+The reader owns the slot book (``proxy/kv.py``: which slots the proxy leases and
 what each holds canonically) and evaluates every prompt the canonical way there, so
 that a replay reads the same numbers. Each ``/completion`` step that ran alone is
 timed for the cost model (``proxy/cost.py``).
@@ -29,7 +29,7 @@ from .kv import (
 from .metrics import Metrics
 from .upstream import Completion, NextToken, Upstream
 
-__all__ = ["Reader", "short", "worker_slots"]
+__all__ = ["Reader", "short"]
 
 log = logging.getLogger("proxy")
 
@@ -38,14 +38,6 @@ def short(prompt: Sequence[int], ubatch: int) -> bool:
     """Whether a read of ``prompt`` is one request that any slot content reads the same:
     the prefix scheme's prompts of at most 256 tokens (a ``kv.SlotBook`` short lease)."""
     return ubatch > 0 and len(prompt) <= LONE_ROW_CELLS
-
-
-def worker_slots(total: int, index: int, workers: int) -> list[int]:
-    """The llama-server slots worker ``index`` of ``workers`` leases: every ``workers``-th
-    from ``index``, so no two workers lease one slot; a worker beyond the slot count
-    shares one (its reads may then meet another worker's: ``semif_unrepeatable_reads``)."""
-    mine = list(range(index, total, workers))
-    return mine or [index % total]
 
 
 def _found(sent: tuple[int, ...], s_len: int, done: Completion, ubatch: int) -> Held | None:
@@ -71,7 +63,6 @@ class Reader:
         discovery: Discovery,
         *,
         ubatch: int,
-        worker: tuple[int, int],
         admission: Admission,
         metrics: Metrics | None,
         on_fresh: Callable[[], None],
@@ -79,7 +70,6 @@ class Reader:
         self._upstream = upstream
         self._discovery = discovery
         self.ubatch = ubatch if 2 <= ubatch <= MAX_SMALL_CHUNK else 0
-        self._worker = worker
         self._admission = admission
         self._metrics = metrics
         self._on_fresh = on_fresh
@@ -97,7 +87,7 @@ class Reader:
         if self._book is None:
             total = await self._discovery.total_slots()
             if self._book is None:  # the first to get here after the await makes it
-                self._book = SlotBook(worker_slots(total, *self._worker))
+                self._book = SlotBook(list(range(total)))
                 self._epoch = getattr(self._upstream, "epoch", 0)  # loading seen before
                 self._admission.limit_parallel(self._book.size, self)
                 lanes = getattr(self._upstream, "lanes", None)

@@ -20,7 +20,6 @@ import contextlib
 import logging
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -157,10 +156,8 @@ class DecisionService:
         question_fanout: int = 1,
         metrics: Metrics | None = None,
         admission: Admission | None = None,
-        worker: tuple[int, int] = (0, 1),
         ubatch: int = 0,
         self_check: bool = False,
-        check_lock: Path | None = None,
         verdicts: Verdicts | None = None,
         profiles: ProfileStore | None = None,
     ):
@@ -179,7 +176,6 @@ class DecisionService:
             upstream,
             self._discovery,
             ubatch=ubatch,
-            worker=worker,
             admission=self._admission,
             metrics=metrics,
             on_fresh=lambda: self.self_check.start(),
@@ -193,7 +189,6 @@ class DecisionService:
             metrics=metrics,
             model=self.model,
             enabled=self_check,  # run when the slots are first counted, and on restarts
-            lock=check_lock,  # with --workers, a file the workers' checks take in turn
             verdicts=verdicts,
         )
         # (question, template, layout) JSON -> the content-free answer: see _free_answer
