@@ -52,6 +52,7 @@ from types import TracebackType
 from typing import NamedTuple
 
 from .admission import slot_waited
+from .cost import GGML_FA_TILE_Q
 
 __all__ = [
     "Step",
@@ -73,7 +74,10 @@ __all__ = [
     "lone_last",
 ]
 
-MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+MAX_SMALL_CHUNK = GGML_FA_TILE_Q - 1
+"""The largest chunk of the per-row kernel: ``GGML_FA_TILE_Q - 1`` (63), one token short of
+llama.cpp's flash-attention tile (``proxy/cost.py`` owns it); also the largest physical
+batch (``-ub``) of the prefix scheme."""
 # A row evaluated alone goes through the per-row kernel while the slot's KV cells (padded
 # to 256) are fewer than 512: at most this many tokens up to and including the row.
 LONE_ROW_CELLS = 256
