@@ -271,7 +271,7 @@ class SelfCheck:
                 done, _ = await self._reader.read(book, slot, *prompt, width, ubatch)
                 return done.logprobs
 
-            book.holds[a] = None
+            book.contents[a] = None
             reads.append(await read(a, known))
             await read(a, other)
             reads.append(await read(a, known))

@@ -672,7 +672,7 @@ class DecisionService:
             width_from = self._width_from(tuple(ids), widths)
             for width in widths[widths.index(width_from) :]:
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
-                    book.holds[slot] = None
+                    book.contents[slot] = None
                     read = await self._upstream.next_token(
                         convo,
                         n_probs=width,
