@@ -552,10 +552,10 @@ class SlotBook:
             1 for h in self.contents.values() if h is not None and _segment_share(segment, h)
         )
 
-    def trail(self, ubatch: int, at_once: int = 0) -> Trail:
+    def trail(self, ubatch: int, fanned_out: int = 0) -> Trail:
         """A decision's reads, placed one after another as this book will place them
         (``Trail``), for admission's estimate of what they evaluate."""
-        return Trail(self, ubatch, at_once)
+        return Trail(self, ubatch, fanned_out)
 
     def _behind(self, segment: tuple[int, ...], awaited: int | None) -> int | None:
         """A busy slot a short lease may queue behind (``depth``): ``awaited`` when it
@@ -638,7 +638,7 @@ class SlotBook:
 class Trail:
     """One decision's reads placed in turn before any is made, for admission's estimate
     (``place``: where each goes and what it evaluates there). ``ubatch``: the prefix
-    scheme's physical batch, 0 on the segment scheme. ``at_once``: questions after the
+    scheme's physical batch, 0 on the segment scheme. ``fanned_out``: questions after the
     first read at once, each in a slot of its own (a fan-out on the segment scheme).
 
     The first read builds on what the book says it will (``SlotBook.base``,
@@ -651,8 +651,8 @@ class Trail:
     it), with the decision's first prompt coming. A read that went aside leaves the
     decision's own slot as it was."""
 
-    def __init__(self, book: SlotBook, ubatch: int, at_once: int = 0):
-        self._book, self._ubatch, self._at_once = book, ubatch, at_once
+    def __init__(self, book: SlotBook, ubatch: int, fanned_out: int = 0):
+        self._book, self._ubatch, self._fanned_out = book, ubatch, fanned_out
         # the first read's prompt (its segment, on the segment scheme): what the slots
         # will hold (``SlotBook.coming``); empty until a read is placed
         self.first: tuple[int, ...] = ()
@@ -678,7 +678,7 @@ class Trail:
                 self.first, self._own = prompt, book.base(prompt)
             else:
                 self.first, self._own = prompt[:s_len], book.base_segment(prompt, s_len)
-                self._fresh = max(0, self._at_once - max(1, book.holding(self.first)))
+                self._fresh = max(0, self._fanned_out - max(1, book.holding(self.first)))
         elif self._fresh and question:
             self._own, self._fresh = None, self._fresh - 1
         if content_free:

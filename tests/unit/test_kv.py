@@ -887,7 +887,7 @@ _SEGMENT_TRAIL = [  # a fan-out of two at once over two empty slots
 
 
 @pytest.mark.parametrize(
-    ("slots", "ubatch", "at_once", "reads"),
+    ("slots", "ubatch", "fanned_out", "reads"),
     [
         (2, 63, 0, _NEAR_TRAIL),
         (2, 63, 0, _FAR_TRAIL),
@@ -897,10 +897,10 @@ _SEGMENT_TRAIL = [  # a fan-out of two at once over two empty slots
     ],
     ids=["near", "far", "tie", "alone", "segment"],
 )
-def test_a_trail_places_a_decisions_reads_as_the_book_will(slots, ubatch, at_once, reads):
+def test_a_trail_places_a_decisions_reads_as_the_book_will(slots, ubatch, fanned_out, reads):
     """Admission's estimate: each read of a decision, where it lands and what it evaluates
     there, the first in an empty book."""
-    trail = SlotBook(slots).trail(ubatch, at_once)
+    trail = SlotBook(slots).trail(ubatch, fanned_out)
     for (prompt, s_len, question, content_free), (slot, held, evaluated) in reads:
         placed = trail.place(prompt, s_len, question=question, content_free=content_free)
         assert (placed.slot, placed.content, placed.evaluated) == (slot, held, evaluated)
