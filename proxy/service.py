@@ -377,9 +377,10 @@ class DecisionService:
         layout: str = DEFAULT_LAYOUT,
         *,
         in_fan_out: bool = False,
-        prepared: Mapping[int, _Prepared] = MappingProxyType({}),
+        prepared: Mapping[int | None, _Prepared] = MappingProxyType({}),
     ) -> Outcome:
-        """``prepared``: the prompts the admission's estimate made, by cyclic shift."""
+        """``prepared``: the prompts the admission's estimate made, by cyclic shift (None:
+        the content-free read's)."""
         if not _rotated(question, debias):
             outcome = await self._decide_once(
                 messages,
@@ -423,7 +424,7 @@ class DecisionService:
             )
         if free is not None and question.kind != "score":
             weights, spent = await self._free_answer(
-                free, question, template_kwargs, layout, prepared.get(_FREE)
+                free, question, template_kwargs, layout, prepared.get(None)
             )
             outcome = replace(
                 outcome,
@@ -557,7 +558,7 @@ class DecisionService:
         debias: Mapping[str, Sequence[int]],
         contextual: frozenset[str],
         fanned_out: int = 0,
-    ) -> tuple[Work | None, tuple[int, ...], dict[str, dict[int, _Prepared]]]:
+    ) -> tuple[Work | None, tuple[int, ...], dict[str, dict[int | None, _Prepared]]]:
         """The tokens and idle-server seconds of reading each question about ``messages``
         in turn, each read where the slot book places it and costed as it evaluates there
         (``SlotBook.trail``), except that ``fanned_out`` questions after the first are read
@@ -575,7 +576,7 @@ class DecisionService:
         made): what the slots will hold (``SlotBook.coming``), which decisions costed
         after it may build on; and the prompts made on the way, by question id and shift,
         for the reads to take."""
-        prepared: dict[str, dict[int, _Prepared]] = {}
+        prepared: dict[str, dict[int | None, _Prepared]] = {}
         cost = self._reader.cost
         if cost.observed == 0:
             return None, (), prepared
@@ -601,7 +602,7 @@ class DecisionService:
             made = prepared.setdefault(qid, {})
             for n_read, (convo, asked, shift) in enumerate(reads):
                 one_prompt = await self._prepare(convo, asked, kwargs, layout, ubatch)
-                made[_FREE if shift is None else shift] = one_prompt
+                made[shift] = one_prompt  # shift None: the content-free read
                 found, n_ctx = one_prompt.tokens, one_prompt.info.n_ctx
                 if found is None or (n_ctx and len(found[0]) >= n_ctx):
                     return None, trail.first, prepared  # read as it comes, or refused: too long
@@ -774,9 +775,6 @@ def _free_key(
         ],
         option=orjson.OPT_SORT_KEYS,
     )
-
-
-_FREE = -1  # a question's content-free prompt among its prepared ones (by cyclic shift)
 
 
 def _rotated(question: Question, debias: Sequence[int]) -> bool:
