@@ -210,7 +210,9 @@ def test_records_of_several_kilobytes_on_stdout_are_whole(records_stdout):
                     "state": STATE,
                     "questions": {"team": {"type": "choice", "criteria": _OPTIONS}},
                 },
-                headers={"X-Request-Id": f"w-{n}"},
+                # a deadline as long as the client waits: this is about the lines, not
+                # admission, which a loaded machine's costs would otherwise refuse
+                headers={"X-Request-Id": f"w-{n}", "X-Semif-Deadline": "300"},
             )
         assert resp.status_code == 200, resp.text
         return resp.json()["answers"]["team"]["x_decision_id"]
