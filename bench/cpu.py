@@ -4,30 +4,23 @@ upstream (tests/standin.py, its own process), in interleaved rounds of one run.
 
     .venv/bin/python bench/cpu.py [--rounds 10] [--requests 2000] [--concurrency 8]
 
-The proxies (one process, ``queued``, ``--workers 2``) and the relays run pinned to
-core 0; the stand-ins and this load generator share core 1, so what is measured on
-core 0 is the hop alone. The relay (bench/_relay.py) reads the body, sends the proxy's
-exact upstream read with the same aiohttp client settings and parses the answer: the
-cost of any Python hop here.
+The proxies (``proxy`` and ``queued``) and the relay run pinned to core 0; the stand-ins
+and this load generator share core 1, so what is measured on core 0 is the hop alone. The
+relay (bench/_relay.py) reads the body, sends the proxy's exact upstream read with the
+same aiohttp client settings and parses the answer: the cost of any Python hop here.
 
 The stand-in reports llama-server's timings as if each evaluated token took
 ``TOKEN_MS``, so the proxy's cost model fills and each decision's cost is estimated for
 admission, as beside llama-server (without timings the estimate is skipped). It has as
 many slots as there are requests in flight, so no decision waits
-for one, as the relay never waits (the two workers lease half the slots each, so a few
-of theirs wait when SO_REUSEPORT spreads the connections unevenly). ``queued`` is the
-proxy against a stand-in with 2 slots, where the rest wait in the proxy for a slot, as
-they do when more decisions arrive than llama-server has slots. ``relays`` is two
-relays on core 0, each sent half the requests and half the concurrency (the share the
-two workers get when the connections spread evenly): what two processes taking turns
-on one core cost a bare hop.
+for one, as the relay never waits. ``queued`` is the proxy against a stand-in with 2
+slots, where the rest wait in the proxy for a slot, as they do when more decisions arrive
+than llama-server has slots.
 
 Prints µs per decision for each target and the ratios, each the median of the rounds'
 own ratios (the targets of a round run seconds apart, so a drift in the machine's
-speed cancels), and each worker's and relay's share of the CPU. Target: two workers'
-summed CPU within 10% of one worker's beyond what two bare relays taking turns on the
-core cost. The proxy's ratio to the relay is reported, no longer a target (its time over
-the relay is: bench/overhead.py).
+speed cancels). The ratios are reported, not targets (the proxy's time over the relay
+is: bench/overhead.py).
 """
 
 from __future__ import annotations
@@ -65,14 +58,6 @@ def cpu_s(pid: int) -> float:
     return total
 
 
-def children(pid: int) -> list[int]:
-    return [
-        int(c)
-        for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
-    ]
-
-
 @contextlib.contextmanager
 def started(command: list[str], core: int, ready: str) -> Iterator[subprocess.Popen]:
     with tempfile.TemporaryFile() as log:
@@ -92,29 +77,24 @@ def started(command: list[str], core: int, ready: str) -> Iterator[subprocess.Po
 
 
 async def rounds(
-    targets: dict[str, tuple[list[str], bytes, list[int]]],
+    targets: dict[str, tuple[str, bytes, list[int]]],
     n_rounds: int,
     requests: int,
     concurrency: int,
 ) -> dict[str, list[float]]:
     """Each target's CPU seconds per decision (summed over its processes), one figure per
-    round; the order rotates. A target with several URLs gets an equal share of the
-    requests and of the concurrency at each."""
+    round; the order rotates."""
     out: dict[str, list[float]] = {name: [] for name in targets}
     names = list(targets)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
-        for urls, body, _ in targets.values():
-            for url in urls:
-                await run_batch(s, url, body, 50, concurrency)
+        for url, body, _ in targets.values():
+            await run_batch(s, url, body, 50, concurrency)
         for i in range(n_rounds):
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                urls, body, pids = targets[name]
-                share = requests // len(urls)
+                url, body, pids = targets[name]
                 before = sum(map(cpu_s, pids))
-                await asyncio.gather(
-                    *(run_batch(s, url, body, share, concurrency // len(urls)) for url in urls)
-                )
-                out[name].append((sum(map(cpu_s, pids)) - before) / (share * len(urls)))
+                await run_batch(s, url, body, requests, concurrency)
+                out[name].append((sum(map(cpu_s, pids)) - before) / requests)
     return out
 
 
@@ -130,20 +110,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="per round and target")
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
-    if args.concurrency < 4 or args.concurrency % 2:
-        parser.error(
-            "--concurrency must be even and at least 4: the two relays each get half, "
-            "and the queued case has 2 slots"
-        )
+    if args.concurrency < 3:
+        parser.error("--concurrency must be at least 3: the queued case has 2 slots")
     if len(os.sched_getaffinity(0)) < 2:
         sys.exit("bench/cpu.py needs two cores: the hop on one, the load on the other")
     os.sched_setaffinity(0, {1})
     py = sys.executable
     standins = {slots: free_port() for slots in (args.concurrency, 2)}
     upstream = {slots: f"http://127.0.0.1:{port}" for slots, port in standins.items()}
-    ports = {
-        name: free_port() for name in ("proxy", "queued", "workers", "relay", "relays", "relays2")
-    }
+    ports = {name: free_port() for name in ("proxy", "queued", "relay")}
     url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     pids: dict[str, list[int]] = {}
     with contextlib.ExitStack() as stack:
@@ -156,11 +131,7 @@ def main() -> None:
                     upstream[slots] + "/health",
                 )
             )
-        for name, slots, extra in (
-            ("proxy", args.concurrency, []),
-            ("queued", 2, []),
-            ("workers", args.concurrency, ["--workers", "2"]),
-        ):
+        for name, slots in (("proxy", args.concurrency), ("queued", 2)):
             pids[name] = [
                 stack.enter_context(
                     started(
@@ -172,7 +143,6 @@ def main() -> None:
                             str(ports[name]),
                             "--upstream-url",
                             upstream[slots],
-                            *extra,
                         ],
                         0,
                         url[name] + "/metrics",
@@ -190,24 +160,11 @@ def main() -> None:
                 started([*relay, str(ports["relay"]), body_file.name], 0, url["relay"] + "/health")
             ).pid
         ]
-        pids["relays"] = [
-            stack.enter_context(
-                started([*relay, str(ports[name]), body_file.name], 0, url[name] + "/health")
-            ).pid
-            for name in ("relays", "relays2")
-        ]
-        workers = children(pids["workers"][0])
-        shared = {"workers": workers, "relays": pids["relays"]}
-        before = {pid: cpu_s(pid) for pid in workers + pids["relays"]}
         targets = {
-            name: ([url[name] + PATH], b"{}" if name == "relay" else PROXY_BODY, pids[name])
-            for name in ("proxy", "queued", "workers", "relay")
+            name: (url[name] + PATH, b"{}" if name == "relay" else PROXY_BODY, pids[name])
+            for name in ("proxy", "queued", "relay")
         }
-        targets["relays"] = ([url["relays"] + PATH, url["relays2"] + PATH], b"{}", pids["relays"])
         measured = asyncio.run(rounds(targets, args.rounds, args.requests, args.concurrency))
-        shares = {
-            name: [cpu_s(pid) - before[pid] for pid in group] for name, group in shared.items()
-        }
     print(describe())
     print(
         f"{args.rounds} rounds x {args.requests} decisions per target, concurrency "
@@ -237,15 +194,6 @@ def main() -> None:
         "proxy",
         f"; {args.concurrency - 2} of {args.concurrency} waiting for one of 2 slots",
     )
-    workers_ratio = ratio("workers", "proxy", "")
-    relays_ratio = ratio("relays", "relay", "; two bare relays taking turns on one core")
-    print(
-        f"  workers/proxy over relays/relay: {workers_ratio / relays_ratio:.3f}  (what two "
-        "workers cost beyond two processes on one core); target <= 1.10"
-    )
-    for name, group in shares.items():
-        total = sum(group) or 1.0
-        print(f"  {name}' shares of the CPU: " + ", ".join(f"{s / total:.0%}" for s in group))
 
 
 if __name__ == "__main__":

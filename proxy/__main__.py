@@ -15,7 +15,6 @@ import os
 import shlex
 import sys
 
-from . import workers
 from .app import create_app
 from .config import load_settings
 from .logs import setup_logging
@@ -28,17 +27,14 @@ MOVED = ("calibrate", "batch")
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging()  # first: a removed setting is said at load
     settings = load_settings(argv, os.environ)
-    setup_logging()
     logging.getLogger("proxy").info(
-        "serving on http://%s:%d, upstream %s%s",
+        "serving on http://%s:%d, upstream %s",
         settings.host,
         settings.port,
         settings.upstream_url,
-        f", {settings.workers} workers" if settings.workers > 1 else "",
     )
-    if settings.workers > 1:
-        return workers.run(settings)
     app = create_app(settings)
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(serve(app, settings))

@@ -38,16 +38,12 @@ def create_app(
     settings: Settings,
     *,
     upstream: Upstream | None = None,
-    worker: tuple[int, int] = (0, 1),
     records_to: Callable[[bytes], None] | None = None,
     records_key: bytes | None = None,
-    check_lock: Path | None = None,
 ) -> web.Application:
-    """``worker``: (index, count) with ``--workers``: which share of llama-server's slots
-    this process leases to its decisions; ``records_to`` and ``records_key``: where a
-    worker sends its decision records (the parent's relay) and the key it hashes with;
-    ``check_lock``: a file the workers lock in turn for their repeatability self-checks
-    (another worker's reads beside a check can make it fail)."""
+    """``upstream``: llama-server's client (None: one for ``settings.upstream_url``);
+    ``records_to`` and ``records_key``: where the decision records are written and the key
+    their prompt hashes use, in place of the sink and key the settings name (None: those)."""
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=MIDDLEWARES,
@@ -56,7 +52,7 @@ def create_app(
     app[METRICS] = Metrics()
     app[PROFILES] = ProfileStore(settings.calibration_dir, settings.calibration_profile or None)
     app.cleanup_ctx.append(_records_ctx(records_to, records_key))
-    app.cleanup_ctx.append(_upstream_ctx(upstream, worker, check_lock))
+    app.cleanup_ctx.append(_upstream_ctx(upstream))
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/models/{model:.+}", model)
@@ -111,9 +107,7 @@ def _records_ctx(
     return ctx
 
 
-def _upstream_ctx(
-    given: Upstream | None, worker: tuple[int, int], check_lock: Path | None
-) -> Callable[[web.Application], AsyncIterator[None]]:
+def _upstream_ctx(given: Upstream | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         upstream = given or Upstream(app[SETTINGS])
         kept = app[SETTINGS].check_verdicts
@@ -138,10 +132,8 @@ def _upstream_ctx(
                 question_fanout=settings.question_fanout,
                 metrics=app[METRICS],
                 admission=admission,
-                worker=worker,
                 ubatch=settings.upstream_ubatch,
                 self_check=True,
-                check_lock=check_lock,
                 verdicts=verdicts,
                 profiles=app[PROFILES],
             ),

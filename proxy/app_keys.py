@@ -18,7 +18,6 @@ __all__ = [
     "MODELS",
     "METRICS",
     "PROFILES",
-    "PEERS",
     "ADMISSION",
     "RECORDER",
     "KIND",
@@ -33,8 +32,6 @@ METRICS = web.AppKey("metrics", Metrics)
 PROFILES = web.AppKey("profiles", ProfileStore)
 ADMISSION = web.AppKey("admission", Admission)
 RECORDER = web.AppKey("recorder", Recorder)
-# The other workers' private metrics sockets (``--workers``; absent with one process).
-PEERS = web.AppKey("peers", tuple)
 
 # What a request turned out to be ("decision" or "relay"), for the metrics.
 KIND = web.RequestKey("kind", str)

@@ -14,20 +14,18 @@ served model:
   the segment scheme, which is checked in turn;
 - **what is kept**: a verdict that reads held, by what decides it (proxy/verdicts.py).
   Then nothing is read but the chat template's opening, into one slot (``_prime``);
-- **how long**: ``CHECK_BOUND_S`` in all, the wait for other workers' checks included;
-  past it the proxy serves unchecked (``repeatable: null``).
+- **how long**: ``CHECK_BOUND_S`` in all, retries included; past it the proxy serves
+  unchecked (``repeatable: null``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 from .catalogue import NO_THINKING, LabelCatalogue
 from .decision.prompt import append_to_conversation, state_messages
@@ -47,7 +45,7 @@ log = logging.getLogger("proxy")
 
 CHECK_ATTEMPTS = 3  # a failing self-check is made again, this many times in all ...
 CHECK_PAUSE_S = (1.0, 3.0)  # ... after a pause of this many seconds (uniform)
-# The whole self-check, retries and the wait for other workers' included, at most: about
+# The whole self-check, retries included, at most: about
 # 1,300 tokens, 175 s for the slow model (a 1B model's compute) on 2 AVX2 cores
 # (docs/performance.md); past it the proxy serves unchecked (repeatable: null). Within the
 # Kubernetes start-up probe's 20 minutes and SageMaker's 900 s start-up health check.
@@ -56,9 +54,8 @@ CHECK_BOUND_S = 600.0
 
 class SelfCheck:
     """One served model's self-check. ``model``: the served model (for the gauge);
-    ``enabled``: False in unit tests that read without one; ``lock``: with ``--workers``,
-    a file the workers' checks take in turn; ``verdicts``: the kept verdicts (None: this
-    process's memory only)."""
+    ``enabled``: False in unit tests that read without one; ``verdicts``: the kept
+    verdicts (None: this process's memory only)."""
 
     def __init__(
         self,
@@ -71,7 +68,6 @@ class SelfCheck:
         metrics: Metrics | None,
         model: Callable[[], Awaitable[ModelInfo]],
         enabled: bool,
-        lock: Path | None,
         verdicts: Verdicts | None,
     ):
         self._upstream = upstream
@@ -82,7 +78,6 @@ class SelfCheck:
         self._metrics = metrics
         self._model = model
         self._enabled = enabled
-        self._lock = lock
         self._verdicts = verdicts or Verdicts(None)
         self.result = Check(reader.scheme, None)
         self._task: asyncio.Task[None] | None = None
@@ -115,14 +110,12 @@ class SelfCheck:
                 await self._task
 
     async def run(self) -> None:
-        """The check in this process's turn, within ``CHECK_BOUND_S``; logs and records
-        its outcome."""
+        """The check, within ``CHECK_BOUND_S``; logs and records its outcome."""
         started = time.monotonic()
         scheme = self._reader.scheme
         try:
             async with asyncio.timeout(CHECK_BOUND_S) as bound:
-                async with _one_process_at_a_time(self._lock):
-                    await self._settle()
+                await self._settle()
                 if self._metrics and self.result.repeatable is not None:
                     model = await self._model()
                     self._metrics.repeatable.labels(model.id).set(float(self.result.repeatable))
@@ -186,8 +179,8 @@ class SelfCheck:
         evaluated in the same llama-server batches change the kernels a read goes through
         (llama.cpp gives each sequence of a batch as many tokens as the one with fewest: a
         one-token read or a generation's token beside a prompt makes that prompt's rows
-        one-token rows too): another worker's decisions or a relayed generation can make
-        one check fail, where a build whose kernels differ fails every time."""
+        one-token rows too): a relayed generation or a request sent to llama-server directly
+        can make one check fail, where a build whose kernels differ fails every time."""
         key = await self._key()
         kept = self._verdicts.get(key)
         if kept is not None:
@@ -278,7 +271,7 @@ class SelfCheck:
                 done, _ = await self._reader.read(book, slot, *prompt, width, ubatch)
                 return done.logprobs
 
-            book.holds[a] = None
+            book.contents[a] = None
             reads.append(await read(a, known))
             await read(a, other)
             reads.append(await read(a, known))
@@ -289,21 +282,3 @@ class SelfCheck:
         if len(slots) < 2:
             detail += " (one slot: the other-slot read used the same one)"
         return Check(scheme, same, detail, time.time())
-
-
-@contextlib.asynccontextmanager
-async def _one_process_at_a_time(path: Path | None) -> AsyncIterator[None]:
-    """Hold an exclusive lock on ``path`` (``fcntl.flock``, created if missing) for the
-    block, so that the workers take turns (None: one process, no lock). It waits by
-    trying again every 50 ms, so a cancel while waiting (a shutdown) ends it at once."""
-    if path is None:
-        yield
-        return
-    with open(path, "ab") as handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(0.05)
-        yield  # closing the file lets the lock go

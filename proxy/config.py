@@ -8,10 +8,13 @@ meaning (named in ``--help``); a flag given on the command line wins.
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 __all__ = ["Settings", "build_parser", "environment_variable", "load_settings"]
+
+log = logging.getLogger("proxy")
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,6 @@ class Settings:
     calibration_profile: str = ""  # applied when a request names none; "" for no default
     max_connections: int = 0  # 0: llama-server's slots + 2 (proxy/upstream.py Lanes)
     shutdown_timeout_s: float = 25.0  # SIGKILL follows SIGTERM after 30 s on SageMaker
-    workers: int = 1  # processes sharing the port (proxy/workers.py)
     model_aliases: str = ""  # more names for the served model, comma-separated (proxy/names.py)
     default_model: str = ""  # a llama-server router's model for requests naming none
     upstream_ubatch: int = 0  # llama-server's -ub when 2 to 63: the prefix read (proxy/kv.py)
@@ -80,8 +82,6 @@ class Settings:
             raise ValueError("max_body_bytes must be at least 1024")
         if self.n_probs < 1:
             raise ValueError("n_probs must be at least 1")
-        if self.workers < 1:
-            raise ValueError("workers must be at least 1")
         if self.upstream_ubatch < 0:
             raise ValueError("upstream_ubatch must be 0 (unknown) or llama-server's -ub")
         if self.question_fanout < 0:
@@ -167,7 +167,7 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "max_connections": (
         "PROXY_MAX_CONNECTIONS",
         "calls in flight to llama-server at once, 2 of them for rendering and tokenising "
-        "(0: its slots + 2, within its HTTP threads; --workers share it)",
+        "(0: its slots + 2, within its HTTP threads)",
     ),
     "shutdown_timeout_s": ("PROXY_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"),
     "model_aliases": (
@@ -217,10 +217,19 @@ _OPTIONS: dict[str, tuple[str, str]] = {
         "scheme and the CPU (proxy/verdicts.py); a kept verdict makes the proxy ready "
         "without the check's reads; off keeps them in memory only (llama-server's restarts)",
     ),
+}
+
+# Settings that were removed: flag -> (environment variable, the one value that asked for
+# what the proxy does anyway, what to do instead). Given that value, the proxy says the
+# setting is gone and starts; given any other, it stops at start-up with the message, since
+# ignoring it would quietly serve less than was asked for.
+_REMOVED: dict[str, tuple[str, str, str]] = {
     "workers": (
         "PROXY_WORKERS",
-        "processes sharing the port (SO_REUSEPORT spreads connections); "
-        "each admits its share of PROXY_MAX_ACTIVE and PROXY_MAX_QUEUED",
+        "1",
+        "the proxy is one process; to serve more, run replicas, each beside its own "
+        "llama-server, or raise llama-server's parallel slots (-np) "
+        "(docs/performance.md#how-to-scale)",
     ),
 }
 
@@ -256,12 +265,24 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help=f"{text} [env {env}] (default: {default})",
         )
+    for name in _REMOVED:
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, help=argparse.SUPPRESS)
     return parser
 
 
 def load_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Settings:
     """Flags first, then environment variables, then the defaults in ``Settings``."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name, (env, harmless, instead) in _REMOVED.items():
+        given, source = getattr(args, name), "--" + name.replace("_", "-")
+        if given is None and environ.get(env, "") != "":
+            given, source = environ[env], env
+        if given is None:
+            continue
+        if given.strip() != harmless:
+            parser.error(f"{source} was removed: {instead}")  # exits with status 2
+        log.warning("%s was removed and is ignored (remove it): %s", source, instead)
     defaults = Settings()
     values = {}
     for f in fields(Settings):

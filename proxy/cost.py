@@ -34,13 +34,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["StepCost", "CostModel", "ONE", "CHUNK", "BATCH", "DEFAULT_UBATCH", "kind_of"]
+__all__ = [
+    "StepCost",
+    "CostModel",
+    "ONE",
+    "CHUNK",
+    "BATCH",
+    "DEFAULT_UBATCH",
+    "GGML_FA_TILE_Q",
+    "kind_of",
+]
 
 ONE, CHUNK, BATCH = "one", "chunk", "batch"
 FORGET = 0.97  # weight of the previous steps when a new one is fitted in
 _OVERHEAD_SMOOTHING = 0.1
 DEFAULT_UBATCH = 512  # llama-server's -ub when it is not known
-_TILED = 64  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+GGML_FA_TILE_Q = 64
+"""llama.cpp's flash-attention tile (``GGML_FA_TILE_Q``): on the CPU, a batch of at least
+this many tokens goes through the tiled kernel, a smaller one through the per-row kernel.
+The one place that number lives: ``kv.MAX_SMALL_CHUNK``, the largest chunk kept out of the
+tiled kernel, is ``GGML_FA_TILE_Q - 1``."""
 PRIOR_STEPS = 1.0  # what a kept state weighs against this run's steps (``restore``)
 _FIT = "per-token"  # what ``state()``'s sums are sums of; a state fitted otherwise is not taken
 
@@ -50,7 +63,7 @@ def kind_of(evaluated: int, ubatch: int) -> str:
     (0: unknown, taken as llama-server's default, ``DEFAULT_UBATCH``)."""
     if evaluated <= 1:
         return ONE
-    if evaluated >= _TILED and (ubatch == 0 or ubatch >= _TILED):
+    if evaluated >= GGML_FA_TILE_Q and (ubatch == 0 or ubatch >= GGML_FA_TILE_Q):
         return BATCH
     return CHUNK
 

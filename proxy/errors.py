@@ -14,8 +14,6 @@
     ├── Overloaded                  429     too many decisions in flight and queued (Retry-After)
     ├── InternalError               500     a failure no handler expected (a bug), logged under
     │                                       the request id it carries (X-Request-Id)
-    ├── MetricsIncomplete           503     with --workers, a worker did not report its metrics
-    │                                       (Retry-After)
     └── UpstreamError                       llama-server could not give an answer
         ├── UpstreamUnavailable     503     unreachable or still loading (Retry-After)
         ├── UpstreamTimeout         504     no answer within the deadline
@@ -49,7 +47,6 @@ __all__ = [
     "AdminOnly",
     "Overloaded",
     "InternalError",
-    "MetricsIncomplete",
     "UpstreamError",
     "UpstreamUnavailable",
     "UpstreamTimeout",
@@ -174,15 +171,6 @@ class Overloaded(_RetryLater):
     status = 429
     error_type = "rate_limit_error"
     code = "overloaded"
-
-
-class MetricsIncomplete(_RetryLater):
-    """With ``--workers``, a worker did not report its metrics: a partial sum would read as
-    a counter reset, so the scrape is refused and is to be tried again."""
-
-    status = 503
-    error_type = "server_error"
-    code = "metrics_incomplete"
 
 
 class UpstreamError(ProxyError):

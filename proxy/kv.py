@@ -52,10 +52,11 @@ from types import TracebackType
 from typing import NamedTuple
 
 from .admission import slot_waited
+from .cost import GGML_FA_TILE_Q
 
 __all__ = [
     "Step",
-    "Held",
+    "SlotContent",
     "plan",
     "plan_prefix",
     "after",
@@ -73,7 +74,10 @@ __all__ = [
     "lone_last",
 ]
 
-MAX_SMALL_CHUNK = 63  # llama.cpp's tiled flash attention starts at 64 queries (GGML_FA_TILE_Q)
+MAX_SMALL_CHUNK = GGML_FA_TILE_Q - 1
+"""The largest chunk of the per-row kernel: ``GGML_FA_TILE_Q - 1`` (63), one token short of
+llama.cpp's flash-attention tile (``proxy/cost.py`` owns it); also the largest physical
+batch (``-ub``) of the prefix scheme."""
 # A row evaluated alone goes through the per-row kernel while the slot's KV cells (padded
 # to 256) are fewer than 512: at most this many tokens up to and including the row.
 LONE_ROW_CELLS = 256
@@ -96,7 +100,7 @@ def _worth_waiting(more: int, own: int, sharers: int) -> bool:
     return more >= max(WAIT_FOR_PREFIX, own * sharers)
 
 
-class Held(NamedTuple):
+class SlotContent(NamedTuple):
     """What a slot holds canonically: the tokens, and the length of the shared segment
     they were evaluated with (the rows of two segments of different lengths went
     through different kernels even where their tokens agree)."""
@@ -151,29 +155,33 @@ def dropped(kept: int, held: int, elsewhere: int) -> int:
     return max(0, held - max(kept, elsewhere))
 
 
-def _holds(held: Held, segment: tuple[int, ...]) -> bool:
-    """Whether a slot holding ``held`` holds ``segment`` as its segment."""
-    return held.s_len == len(segment) and held.tokens[: len(segment)] == segment
+def _has_segment(content: SlotContent, segment: tuple[int, ...]) -> bool:
+    """Whether a slot holding ``content`` holds ``segment`` as its segment."""
+    return content.s_len == len(segment) and content.tokens[: len(segment)] == segment
 
 
-def _same(segment: tuple[int, ...], held: Held) -> int:
-    """The segment scheme's share of what a slot holds (``held``) for a read of
+def _segment_share(segment: tuple[int, ...], content: SlotContent) -> int:
+    """The segment scheme's share of what a slot holds (``content``) for a read of
     ``segment``: all of it when the slot holds that same segment, else nothing (rows of
     segments of other lengths went through other kernels)."""
-    return len(segment) if _holds(held, segment) else 0
+    return len(segment) if _has_segment(content, segment) else 0
 
 
-def plan(holds: Held | None, s_len: int, prompt: tuple[int, ...]) -> list[Step]:
+def plan(content: SlotContent | None, s_len: int, prompt: tuple[int, ...]) -> list[Step]:
     """The requests that leave the slot holding ``prompt`` evaluated canonically, the
-    last one reading the next token. ``holds``: what the slot holds canonically (this
+    last one reading the next token. ``content``: what the slot holds canonically (this
     process's record), ``None`` when unknown. ``s_len``: the length of ``S``."""
     n = len(prompt)
     if not 0 < s_len < n:
         raise ValueError("the shared segment must be a proper, non-empty prefix")
     # what the slot holds when it holds this same segment, else None
     same = (
-        holds
-        if (holds is not None and holds.s_len == s_len and holds.tokens[:s_len] == prompt[:s_len])
+        content
+        if (
+            content is not None
+            and content.s_len == s_len
+            and content.tokens[:s_len] == prompt[:s_len]
+        )
         else None
     )
     if same is not None and same.tokens[:n] == prompt:
@@ -212,21 +220,21 @@ def _last_piece(m: int, ubatch: int) -> int:
     return (tail - 1) % ubatch + 1
 
 
-def plan_prefix(holds: Held | None, prompt: tuple[int, ...], ubatch: int) -> list[Step]:
+def plan_prefix(content: SlotContent | None, prompt: tuple[int, ...], ubatch: int) -> list[Step]:
     """The requests that read the next token after ``prompt`` the canonical way on a
     llama-server whose physical batch is ``ubatch`` (2 to 63): every row but the last in
     pieces of 2 to ``ubatch`` from whatever prefix the slot holds (a row alone only
-    within the first 256 cells), the last row alone. ``holds``: what the slot holds, or
+    within the first 256 cells), the last row alone. ``content``: what the slot holds, or
     ``None`` when unknown (then everything is evaluated from position 0)."""
     n = len(prompt)
     if n < 2:
         raise ValueError("a prompt of at least two tokens")
     if not 2 <= ubatch <= MAX_SMALL_CHUNK:
         raise ValueError("the prefix scheme needs a physical batch of 2 to 63")
-    natural = 0 if holds is None else common_prefix(holds.tokens, prompt)
+    natural = 0 if content is None else common_prefix(content.tokens, prompt)
     reused = natural
-    if holds is not None and holds.lone_last and len(holds.tokens) <= natural < n:
-        reused = len(holds.tokens) - 1  # never build on a row evaluated alone
+    if content is not None and content.lone_last and len(content.tokens) <= natural < n:
+        reused = len(content.tokens) - 1  # never build on a row evaluated alone
     if reused >= n - 1:  # a replay, or all but the last known: the last row alone
         return [Step(n, True, n - 1, 1)]
     main: list[Step] = []
@@ -262,7 +270,9 @@ def _drop_after(keep: int, prompt: tuple[int, ...]) -> Step:
     return Step(keep + 1, True, keep, 1, junk=other)
 
 
-def steps_at(held: Held | None, prompt: tuple[int, ...], s_len: int, ubatch: int) -> list[Step]:
+def steps_at(
+    held: SlotContent | None, prompt: tuple[int, ...], s_len: int, ubatch: int
+) -> list[Step]:
     """The requests that read ``prompt`` in a slot holding ``held``: ``plan_prefix`` on the
     prefix scheme (``ubatch``, llama-server's physical batch), else ``plan`` (``s_len``:
     the length of the shared segment)."""
@@ -277,7 +287,7 @@ class Placement(NamedTuple):
     what that slot holds (what the read builds on) and the requests that read it there."""
 
     slot: int
-    held: Held | None
+    content: SlotContent | None
     steps: list[Step]
 
     @property
@@ -324,7 +334,7 @@ class SlotBook:
 
     def __init__(self, slots: int | list[int], depth: int = 1):
         ids = list(range(slots)) if isinstance(slots, int) else list(slots)
-        self.holds: dict[int, Held | None] = dict.fromkeys(ids)
+        self.contents: dict[int, SlotContent | None] = dict.fromkeys(ids)
         self.depth = depth
         self._turns = dict.fromkeys(ids, 0)  # leases holding each slot: running, queued
         self._short: set[int] = set()  # slots whose leases are all short
@@ -347,12 +357,12 @@ class SlotBook:
 
     @property
     def size(self) -> int:
-        return len(self.holds)
+        return len(self.contents)
 
     def forget(self) -> None:
         """Another model or server answers: nothing held is known any more."""
-        for slot in self.holds:
-            self.holds[slot] = None
+        for slot in self.contents:
+            self.contents[slot] = None
 
     def _pick(self, segment: tuple[int, ...], by_prefix: bool) -> int:
         if by_prefix:
@@ -363,12 +373,12 @@ class SlotBook:
         coming = [c for c in self._coming.values() if c != segment]
 
         def rank(slot: int) -> tuple[int, int]:
-            held = self.holds[slot]
+            held = self.contents[slot]
             if held is None:
                 return 1, self._last_use[slot]
-            if _holds(held, segment):
+            if _has_segment(held, segment):
                 return 0, self._last_use[slot]
-            kept = any(_holds(held, c) for c in coming)
+            kept = any(_has_segment(held, c) for c in coming)
             return 3 if kept else 2, self._last_use[slot]
 
         return min(self._free, key=rank)
@@ -382,7 +392,7 @@ class SlotBook:
         what its slot holds compares nothing more."""
         kept = {}
         for slot in self._free:
-            held = self.holds[slot]
+            held = self.contents[slot]
             kept[slot] = common_prefix(held.tokens, prompt) if held is not None else 0
         order = sorted(self._free, key=lambda s: (-kept[s], self._last_use[s]))
         others = [other for other in self._coming.values() if other is not prompt]
@@ -392,12 +402,12 @@ class SlotBook:
 
         def share(slot: int, k: int) -> int:  # of others[k], what the slot holds
             if (slot, k) not in shares:
-                held = self.holds[slot]
+                held = self.contents[slot]
                 shares[slot, k] = common_prefix(held.tokens, others[k]) if held else 0
             return shares[slot, k]
 
         def lost(slot: int) -> int:
-            held = self.holds[slot]
+            held = self.contents[slot]
             if held is None or len(held.tokens) <= kept[slot]:
                 return 0  # nothing dropped: the read extends what the slot holds
             most = 0
@@ -406,7 +416,7 @@ class SlotBook:
                 if here <= kept[slot]:
                     continue
                 kept_elsewhere = max(
-                    [share(s, k) for s in self.holds if s != slot]
+                    [share(s, k) for s in self.contents if s != slot]
                     + [common_prefix(r, other) for r in self._reading.values()],
                     default=0,
                 )
@@ -430,7 +440,7 @@ class SlotBook:
         the requests the reader sends there (``steps_at``). Admission's estimate asks this
         (``Trail``) rather than simulate the lease and the reader."""
         slot = self._pick(prompt if ubatch else prompt[:s_len], bool(ubatch))
-        held = self.holds[slot]
+        held = self.contents[slot]
         return Placement(slot, held, steps_at(held, prompt, s_len, ubatch))
 
     def _worth_waiting(self, prompt: tuple[int, ...], own: int | None = None) -> int | None:
@@ -441,7 +451,7 @@ class SlotBook:
         leaving most; or None: then the first free slot, or the first to be freed.
 
         The segment scheme (``own``: the tokens this read evaluates after its segment):
-        ``prompt`` is the segment, and a slot leaves all of it or nothing (``_same``)."""
+        ``prompt`` is the segment, and a slot leaves all of it or nothing (``_segment_share``)."""
         if not self._reading:  # no slot is being read: none to wait for
             return None
         segment_scheme = own is not None
@@ -451,14 +461,14 @@ class SlotBook:
                 return len(prompt) if reading == prompt else 0
             return common_prefix(reading, prompt)
 
-        def keeps(held: Held) -> int:  # of what a free slot holds
+        def keeps(held: SlotContent) -> int:  # of what a free slot holds
             if segment_scheme:
-                return _same(prompt, held)
+                return _segment_share(prompt, held)
             return common_prefix(held.tokens, prompt)
 
         if self._free:  # what a free slot would spare
             free = max(
-                (keeps(known) for s in self._free if (known := self.holds[s]) is not None),
+                (keeps(known) for s in self._free if (known := self.contents[s]) is not None),
                 default=0,
             )
         else:  # every slot leased: what any of them will hold
@@ -489,7 +499,7 @@ class SlotBook:
         finally:
             del self._coming[key]
 
-    def base(self, prompt: tuple[int, ...]) -> Held | None:
+    def base(self, prompt: tuple[int, ...]) -> SlotContent | None:
         """What a read of ``prompt`` will build on, for estimating its cost (prefix
         scheme): the slot holding most of it, unless decisions being read or coming share
         ``WAIT_FOR_PREFIX`` tokens more of it and few enough of them share it that the
@@ -498,7 +508,7 @@ class SlotBook:
         the part they share, as if already held. So 16 questions sent at once about one
         state cost the state once, not 16 times."""
         best, held = None, 0
-        for h in self.holds.values():
+        for h in self.contents.values():
             if h is not None and ((n := common_prefix(h.tokens, prompt)) > held or best is None):
                 best, held = h, n
         if not self._coming and not self._reading:  # none to wait for (concurrency 1)
@@ -512,10 +522,10 @@ class SlotBook:
         # it has finished; a read that is not, a self-check's, counts as the first)
         sharers = max(1, sum(1 for s in coming if s >= shared))
         if _worth_waiting(more, own, sharers):
-            return Held(prompt[:shared], 0)
+            return SlotContent(prompt[:shared], 0)
         return best
 
-    def base_segment(self, prompt: tuple[int, ...], s_len: int) -> Held | None:
+    def base_segment(self, prompt: tuple[int, ...], s_len: int) -> SlotContent | None:
         """``base`` for the segment scheme: the slot holding ``prompt``'s segment (the
         first ``s_len`` tokens) and most after it; else, when a decision being read or
         coming has the same segment and few enough of them share it that the lease would
@@ -523,7 +533,7 @@ class SlotBook:
         segments on this scheme.)"""
         segment = prompt[:s_len]
         best = max(
-            (h for h in self.holds.values() if h is not None and _same(segment, h)),
+            (h for h in self.contents.values() if h is not None and _segment_share(segment, h)),
             default=None,
             key=lambda h: common_prefix(h.tokens, prompt),
         )
@@ -533,17 +543,19 @@ class SlotBook:
         if sharers or segment in self._reading.values():
             own = len(prompt) - s_len + READ_TOKENS
             if _worth_waiting(s_len, own, max(1, sharers)):
-                return Held(segment, s_len)
+                return SlotContent(segment, s_len)
         return None
 
     def holding(self, segment: tuple[int, ...]) -> int:
         """How many slots hold ``segment`` as their segment (the segment scheme)."""
-        return sum(1 for h in self.holds.values() if h is not None and _same(segment, h))
+        return sum(
+            1 for h in self.contents.values() if h is not None and _segment_share(segment, h)
+        )
 
-    def trail(self, ubatch: int, at_once: int = 0) -> Trail:
+    def trail(self, ubatch: int, fanned_out: int = 0) -> Trail:
         """A decision's reads, placed one after another as this book will place them
         (``Trail``), for admission's estimate of what they evaluate."""
-        return Trail(self, ubatch, at_once)
+        return Trail(self, ubatch, fanned_out)
 
     def _behind(self, segment: tuple[int, ...], awaited: int | None) -> int | None:
         """A busy slot a short lease may queue behind (``depth``): ``awaited`` when it
@@ -626,7 +638,7 @@ class SlotBook:
 class Trail:
     """One decision's reads placed in turn before any is made, for admission's estimate
     (``place``: where each goes and what it evaluates there). ``ubatch``: the prefix
-    scheme's physical batch, 0 on the segment scheme. ``at_once``: questions after the
+    scheme's physical batch, 0 on the segment scheme. ``fanned_out``: questions after the
     first read at once, each in a slot of its own (a fan-out on the segment scheme).
 
     The first read builds on what the book says it will (``SlotBook.base``,
@@ -639,13 +651,13 @@ class Trail:
     it), with the decision's first prompt coming. A read that went aside leaves the
     decision's own slot as it was."""
 
-    def __init__(self, book: SlotBook, ubatch: int, at_once: int = 0):
-        self._book, self._ubatch, self._at_once = book, ubatch, at_once
+    def __init__(self, book: SlotBook, ubatch: int, fanned_out: int = 0):
+        self._book, self._ubatch, self._fanned_out = book, ubatch, fanned_out
         # the first read's prompt (its segment, on the segment scheme): what the slots
         # will hold (``SlotBook.coming``); empty until a read is placed
         self.first: tuple[int, ...] = ()
-        self._own: Held | None = None  # what the decision's own slot holds
-        self._aside: Held | None = None  # where content-free reads go, once one went aside
+        self._own: SlotContent | None = None  # what the decision's own slot holds
+        self._aside: SlotContent | None = None  # where content-free reads go, once one went aside
         self._fresh = 0  # questions of the fan-out still to begin in a slot without it
 
     def place(
@@ -666,7 +678,7 @@ class Trail:
                 self.first, self._own = prompt, book.base(prompt)
             else:
                 self.first, self._own = prompt[:s_len], book.base_segment(prompt, s_len)
-                self._fresh = max(0, self._at_once - max(1, book.holding(self.first)))
+                self._fresh = max(0, self._fanned_out - max(1, book.holding(self.first)))
         elif self._fresh and question:
             self._own, self._fresh = None, self._fresh - 1
         if content_free:
@@ -677,19 +689,19 @@ class Trail:
         else:
             placed = Placement(OWN, self._own, steps_at(self._own, prompt, s_len, ubatch))
         if placed.slot == OWN:
-            self._own = Held(prompt, s_len)
+            self._own = SlotContent(prompt, s_len)
         else:
-            self._aside = Held(prompt, s_len)
+            self._aside = SlotContent(prompt, s_len)
         return placed
 
-    def _slots(self, aside: Held | None) -> SlotBook:
+    def _slots(self, aside: SlotContent | None) -> SlotBook:
         """The free slots a content-free read chooses between, as a book of their own:
         the decision's own, used last, and (when the book has more than one) ``aside``;
         the decision's first prompt coming."""
         view = SlotBook([OWN, ASIDE] if self._book.size > 1 else [OWN])
-        view.holds[OWN] = self._own
-        if ASIDE in view.holds:
-            view.holds[ASIDE] = aside
+        view.contents[OWN] = self._own
+        if ASIDE in view.contents:
+            view.contents[ASIDE] = aside
         view._last_use[OWN] = 1
         view._coming[OWN] = self.first
         return view
@@ -760,7 +772,7 @@ class _Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        held = self._book.holds[self._slot]
+        held = self._book.contents[self._slot]
         if exc_type is not None and not (held is not None and held.partial):
-            self._book.holds[self._slot] = None  # a request cut short: the slot is unknown
+            self._book.contents[self._slot] = None  # a request cut short: the slot is unknown
         self._book._release(self._slot)

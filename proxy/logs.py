@@ -9,10 +9,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 __all__ = ["setup_logging"]
 
 
-def setup_logging(worker: str = "") -> None:
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s %(name)s{worker} %(levelname)s %(message)s"
-    )
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("aiohttp.server").addFilter(_bad_requests_in_one_line)
 
 

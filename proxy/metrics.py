@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import (
@@ -23,8 +23,6 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from .decision.readout import Decision, choice_confidence, score_confidence
 from .errors import UpstreamBadResponse, UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -36,7 +34,6 @@ __all__ = [
     "upstream_timer",
     "upstream_seconds",
     "after_reply",
-    "merged",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -209,8 +206,7 @@ class Metrics:
         )
         self.repeatable = Gauge(
             "semif_read_repeatable",
-            "1 when the self-check's reads of a known prompt agreed bit for bit, 0 when not "
-            "(summed over --workers)",
+            "1 when the self-check's reads of a known prompt agreed bit for bit, 0 when not",
             ["model"],
             registry=r,
         )
@@ -253,12 +249,6 @@ class Metrics:
         )
         for header in ("inference_id", "request_id"):
             self.request_ids_replaced.labels(header)
-        self.worker_processes = Gauge(
-            "semif_worker_processes",
-            "Proxy processes whose counts this scrape includes (--workers)",
-            registry=r,
-        )
-        self.worker_processes.set(1)
 
         self._route: dict[str, tuple[Any, Any]] = {}
         self._latency: dict[tuple[str, str, str], Any] = {}
@@ -326,48 +316,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-class _Families:
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> list[Metric]:
-        return self._families
-
-
-_EARLIEST = ("_created", "_start_time_seconds")  # timestamps: the first process's
-_LARGEST = ("process_max_fds", "python_info")  # the same in every process: not summed
-
-
-def merged(expositions: Sequence[str]) -> bytes:
-    """One exposition for several worker processes (``--workers``): the samples with the
-    same name and labels summed (counters, histogram buckets, sums and counts, the
-    proxy's gauges, which all count things in progress, and the processes' memory, CPU
-    and open files), except timestamps (``_created``, ``process_start_time_seconds``),
-    where the earliest stands, and per-process limits and facts, where the largest does.
-    Parsed and written by prometheus_client."""
-    families: dict[str, Metric] = {}
-    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
-    for text in expositions:
-        for family in text_string_to_metric_families(text):
-            if family.name not in families:
-                families[family.name] = Metric(family.name, family.documentation, family.type)
-                values[family.name] = {}
-            into = values[family.name]
-            for sample in family.samples:
-                key = (sample.name, tuple(sample.labels.items()))
-                if key not in into:
-                    into[key] = sample.value
-                elif sample.name.endswith(_EARLIEST):
-                    into[key] = min(into[key], sample.value)
-                elif sample.name in _LARGEST:
-                    into[key] = max(into[key], sample.value)
-                else:
-                    into[key] += sample.value
-    for name, family in families.items():
-        for (sample_name, labels), value in values[name].items():
-            family.add_sample(sample_name, dict(labels), value)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(list(families.values())))
-    return generate_latest(registry)

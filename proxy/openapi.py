@@ -379,13 +379,7 @@ def _paths() -> dict[str, Schema]:
             "get": _operation(
                 "Prometheus metrics",
                 _response("the text exposition format", _TEXT),
-                {
-                    "503": _response(
-                        "with --workers: a worker did not report its metrics",
-                        _json(oa),
-                        retry_after=True,
-                    )
-                },
+                {},
                 open_route=True,
             )
         },

@@ -1,6 +1,6 @@
 """Repeatable reads on llama-server's slots.
 
-The reader owns the slot book (``proxy/kv.py``: which slots this worker leases and
+The reader owns the slot book (``proxy/kv.py``: which slots the proxy leases and
 what each holds canonically) and evaluates every prompt the canonical way there, so
 that a replay reads the same numbers. Each ``/completion`` step that ran alone is
 timed for the cost model (``proxy/cost.py``).
@@ -18,8 +18,8 @@ from .discovery import Discovery
 from .kv import (
     LONE_ROW_CELLS,
     MAX_SMALL_CHUNK,
-    Held,
     SlotBook,
+    SlotContent,
     Step,
     after,
     common_prefix,
@@ -29,7 +29,7 @@ from .kv import (
 from .metrics import Metrics
 from .upstream import Completion, NextToken, Upstream
 
-__all__ = ["Reader", "short", "worker_slots"]
+__all__ = ["Reader", "short"]
 
 log = logging.getLogger("proxy")
 
@@ -40,15 +40,7 @@ def short(prompt: Sequence[int], ubatch: int) -> bool:
     return ubatch > 0 and len(prompt) <= LONE_ROW_CELLS
 
 
-def worker_slots(total: int, index: int, workers: int) -> list[int]:
-    """The llama-server slots worker ``index`` of ``workers`` leases: every ``workers``-th
-    from ``index``, so no two workers lease one slot; a worker beyond the slot count
-    shares one (its reads may then meet another worker's: ``semif_unrepeatable_reads``)."""
-    mine = list(range(index, total, workers))
-    return mine or [index % total]
-
-
-def _found(sent: tuple[int, ...], s_len: int, done: Completion, ubatch: int) -> Held | None:
+def _found(sent: tuple[int, ...], s_len: int, done: Completion, ubatch: int) -> SlotContent | None:
     """What a slot holds after a request that reused other than its plan said (someone
     else's request changed the slot): on the prefix scheme, when what it reused lies within
     the first 256 cells, ``sent``, each row canonical (no row there goes through another
@@ -57,7 +49,7 @@ def _found(sent: tuple[int, ...], s_len: int, done: Completion, ubatch: int) -> 
     got = Step(len(sent), True, done.cached, done.read.prompt_evaluated)
     if not ubatch or got.cached > LONE_ROW_CELLS or got.cached + got.evaluated != got.length:
         return None
-    return Held(sent, s_len, lone_last(got, ubatch))
+    return SlotContent(sent, s_len, lone_last(got, ubatch))
 
 
 class Reader:
@@ -71,7 +63,6 @@ class Reader:
         discovery: Discovery,
         *,
         ubatch: int,
-        worker: tuple[int, int],
         admission: Admission,
         metrics: Metrics | None,
         on_fresh: Callable[[], None],
@@ -79,7 +70,6 @@ class Reader:
         self._upstream = upstream
         self._discovery = discovery
         self.ubatch = ubatch if 2 <= ubatch <= MAX_SMALL_CHUNK else 0
-        self._worker = worker
         self._admission = admission
         self._metrics = metrics
         self._on_fresh = on_fresh
@@ -97,7 +87,7 @@ class Reader:
         if self._book is None:
             total = await self._discovery.total_slots()
             if self._book is None:  # the first to get here after the await makes it
-                self._book = SlotBook(worker_slots(total, *self._worker))
+                self._book = SlotBook(list(range(total)))
                 self._epoch = getattr(self._upstream, "epoch", 0)  # loading seen before
                 self._admission.limit_parallel(self._book.size, self)
                 lanes = getattr(self._upstream, "lanes", None)
@@ -145,13 +135,13 @@ class Reader:
         if short(prompt, ubatch):
             return await self._read_short(book, slot, prompt, s_len, width, teach)
         spent = restarts = 0
-        held = book.holds[slot]
+        held = book.contents[slot]
         if ubatch and held is not None and held.partial:
             read, spent = await self._resume(book, slot, held, prompt, width, ubatch)
             if read is not None:
                 return read, spent
         while restarts < 2:
-            steps = steps_at(book.holds[slot], prompt, s_len, ubatch)
+            steps = steps_at(book.contents[slot], prompt, s_len, ubatch)
             for step in steps:
                 sent = after(step, prompt)
                 last = step is steps[-1]
@@ -164,19 +154,23 @@ class Reader:
                         teach=teach,
                     )
                 except BaseException:
-                    if ubatch:  # what was evaluated stays for a retry (kv.Held.partial)
-                        book.holds[slot] = Held(sent, 0, lone_last(step, ubatch), partial=True)
+                    if ubatch:  # what was evaluated stays for a retry (kv.SlotContent.partial)
+                        book.contents[slot] = SlotContent(
+                            sent, 0, lone_last(step, ubatch), partial=True
+                        )
                     raise
                 spent += done.read.prompt_evaluated
                 if (done.cached, done.read.prompt_evaluated) != (step.cached, step.evaluated):
-                    book.holds[slot] = _found(sent, s_len, done, ubatch)
+                    book.contents[slot] = _found(sent, s_len, done, ubatch)
                     restarts += 1
                     break
-                book.holds[slot] = Held(sent, s_len, ubatch > 0 and lone_last(step, ubatch))
+                book.contents[slot] = SlotContent(
+                    sent, s_len, ubatch > 0 and lone_last(step, ubatch)
+                )
             else:
                 return done.read, spent
         done = await self.complete(prompt, slot=slot, cache=True, n_probs=width)
-        book.holds[slot] = None
+        book.contents[slot] = None
         log.warning(
             "llama-server slot %d kept changing under a read (reused %d of %d "
             "tokens): this answer may differ from a replay",
@@ -205,17 +199,17 @@ class Reader:
         try:
             done = await self.complete(prompt, slot=slot, cache=True, n_probs=width, teach=teach)
         except BaseException:
-            book.holds[slot] = Held(prompt, 0, partial=True)
+            book.contents[slot] = SlotContent(prompt, 0, partial=True)
             raise
         whole = done.cached + done.read.prompt_evaluated == len(prompt)
-        book.holds[slot] = Held(prompt, s_len) if whole else None
+        book.contents[slot] = SlotContent(prompt, s_len) if whole else None
         return done.read, done.read.prompt_evaluated
 
     async def _resume(
         self,
         book: SlotBook,
         slot: int,
-        held: Held,
+        held: SlotContent,
         prompt: tuple[int, ...],
         width: int,
         ubatch: int,
@@ -227,17 +221,17 @@ class Reader:
         try:
             done = await self.complete(prompt, slot=slot, cache=True, n_probs=width)
         except BaseException:
-            book.holds[slot] = Held(
+            book.contents[slot] = SlotContent(
                 prompt, 0, lone_last(Step(len(prompt), True, 0, 1), ubatch), partial=True
             )
             raise
         n = len(prompt)
         got = Step(n, True, done.cached, done.read.prompt_evaluated)
         if got.cached > common_prefix(held.tokens, prompt) or got.cached + got.evaluated != n:
-            book.holds[slot] = None  # more than was left there: someone else's rows
+            book.contents[slot] = None  # more than was left there: someone else's rows
             return None, got.evaluated
-        book.holds[slot] = Held(prompt, 0, lone_last(got, ubatch))
-        alone = n <= LONE_ROW_CELLS or book.holds[slot].lone_last
+        book.contents[slot] = SlotContent(prompt, 0, lone_last(got, ubatch))
+        alone = n <= LONE_ROW_CELLS or book.contents[slot].lone_last
         return (done.read if alone else None), got.evaluated
 
     async def complete(

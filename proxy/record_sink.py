@@ -1,5 +1,5 @@
-"""Where decision records are written: a bounded queue and one writer thread per process
-(``RecordWriter``), and with ``--workers`` the parent's one writer for them all (``Relay``).
+"""Where decision records are written: a bounded queue and one writer thread
+(``RecordWriter``).
 
 Writing never blocks the event loop and never fails a decision: when the queue is full a
 record is dropped, counted in ``semif_decision_records_dropped_total`` and logged at most
@@ -11,7 +11,6 @@ decision ids: ``proxy/records.py``; the policy: docs/records.md.
 from __future__ import annotations
 
 import logging
-import multiprocessing.connection
 import os
 import queue
 import threading
@@ -24,7 +23,7 @@ import orjson
 
 from .metrics import Metrics
 
-__all__ = ["STDOUT", "RecordWriter", "Relay", "sink_writer"]
+__all__ = ["STDOUT", "RecordWriter", "sink_writer"]
 
 STDOUT = "stdout"
 _BATCH = 256  # records written at once by the writer thread, at most
@@ -194,63 +193,3 @@ def sink_writer(target: str) -> tuple[Callable[[bytes], None], Callable[[], None
         return _write_all(1), None
     fd = os.open(Path(target), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
     return _write_all(fd), lambda: os.close(fd)
-
-
-class Relay:
-    """The parent's one writer with ``--workers``: each worker's writer thread sends whole
-    batches of lines over its own pipe (``add``); one thread here receives each batch
-    whole and writes it with ``write`` before taking the next, so lines from different
-    workers never interleave, whatever their size. A slow sink blocks this thread, the
-    pipes fill, and the workers' queues drop (counted in their metrics)."""
-
-    def __init__(
-        self, write: Callable[[bytes], None], on_close: Callable[[], None] | None = None
-    ) -> None:
-        self._write = write
-        self._on_close = on_close
-        self._lock = threading.Lock()
-        self._conns: list[multiprocessing.connection.Connection] = []
-        self._stopping = threading.Event()
-        self._failed = _DropLog(None)
-        self._thread = threading.Thread(target=self._run, name="semif-records-relay", daemon=True)
-        self._thread.start()
-
-    def add(self, conn: multiprocessing.connection.Connection) -> None:
-        """Relay what a (new) worker sends on ``conn`` until it closes."""
-        with self._lock:
-            self._conns.append(conn)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                conns = list(self._conns)
-            if not conns:
-                if self._stopping.wait(0.2):
-                    return
-                continue
-            for conn in multiprocessing.connection.wait(conns, timeout=0.2):
-                assert isinstance(conn, multiprocessing.connection.Connection)
-                try:
-                    data = conn.recv_bytes()
-                except (EOFError, OSError):  # the worker ended
-                    with self._lock:
-                        self._conns.remove(conn)
-                    conn.close()
-                    continue
-                try:
-                    self._write(data)
-                except OSError as exc:
-                    self._failed(data.count(b"\n"), f"writing failed: {exc}")
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Stop once every worker's pipe has closed (or after ``timeout_s``)."""
-        self._stopping.set()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self._thread.is_alive():
-            with self._lock:
-                if not self._conns:
-                    break
-            time.sleep(0.05)
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-        if not self._thread.is_alive() and self._on_close is not None:
-            self._on_close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from collections.abc import Callable
 
 from aiohttp import web
 
@@ -30,10 +29,8 @@ class Server:
         settings: Settings,
         *,
         keepalive_s: float = KEEPALIVE_S,
-        reuse_port: bool = False,
     ):
         self._settings = settings
-        self._reuse_port = reuse_port
         self._runner = web.AppRunner(
             app,
             handle_signals=False,
@@ -50,7 +47,6 @@ class Server:
             self._runner,
             self._settings.host,
             self._settings.port,
-            reuse_port=self._reuse_port or None,
         ).start()
 
     @property
@@ -64,21 +60,10 @@ class Server:
             await self._runner.cleanup()
 
 
-async def serve(
-    app: web.Application,
-    settings: Settings,
-    *,
-    reuse_port: bool = False,
-    beside: web.AppRunner | None = None,
-    on_ready: Callable[[], object] | None = None,
-) -> None:
-    """Serve until SIGINT or SIGTERM, then drain (see ``Server.close``). ``beside`` is
-    a runner already set up (a worker's private metrics socket), cleaned up last;
-    ``on_ready`` is called once the port is listening."""
-    server = Server(app, settings, reuse_port=reuse_port)
+async def serve(app: web.Application, settings: Settings) -> None:
+    """Serve until SIGINT or SIGTERM, then drain (see ``Server.close``)."""
+    server = Server(app, settings)
     await server.start()
-    if on_ready is not None:
-        on_ready()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -90,8 +75,6 @@ async def serve(
         await stop.wait()
     finally:
         await server.close()
-        if beside is not None:
-            await beside.cleanup()
 
 
 def loop_factory():

@@ -20,7 +20,6 @@ import contextlib
 import logging
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -157,10 +156,8 @@ class DecisionService:
         question_fanout: int = 1,
         metrics: Metrics | None = None,
         admission: Admission | None = None,
-        worker: tuple[int, int] = (0, 1),
         ubatch: int = 0,
         self_check: bool = False,
-        check_lock: Path | None = None,
         verdicts: Verdicts | None = None,
         profiles: ProfileStore | None = None,
     ):
@@ -179,7 +176,6 @@ class DecisionService:
             upstream,
             self._discovery,
             ubatch=ubatch,
-            worker=worker,
             admission=self._admission,
             metrics=metrics,
             on_fresh=lambda: self.self_check.start(),
@@ -193,7 +189,6 @@ class DecisionService:
             metrics=metrics,
             model=self.model,
             enabled=self_check,  # run when the slots are first counted, and on restarts
-            lock=check_lock,  # with --workers, a file the workers' checks take in turn
             verdicts=verdicts,
         )
         # (question, template, layout) JSON -> the content-free answer: see _free_answer
@@ -317,7 +312,7 @@ class DecisionService:
         The first question is read alone: it computes the conversation's KV in one slot.
         The rest follow ``question_fanout`` at a time (0: one per slot this process
         leases). One at a time, each lands in the slot that holds the conversation and
-        computes only its own question. In parallel (``spread``), on the segment scheme
+        computes only its own question. In parallel (``fans_out``), on the segment scheme
         (a GPU's, as deploy/ sets it up) every other slot computes the conversation once
         more, which costs more than it saves on a CPU (bench/shared_state.py) and is meant
         for a GPU; on the prefix scheme (a CPU's) they wait for the slot reading it as any
@@ -329,12 +324,12 @@ class DecisionService:
         book = await self._reader.book()
         # a fan-out on the segment scheme: the questions after the first read at once, each
         # in a slot of its own (on the prefix scheme they wait for the slot reading it)
-        spread = self._fanout != 1 and not self._reader.ubatch
-        at_once = 0
-        if spread and len(questions) > 1:
-            at_once = min(len(questions) - 1, self._fanout or book.size, book.size)
+        fans_out = self._fanout != 1 and not self._reader.ubatch
+        fanned_out = 0
+        if fans_out and len(questions) > 1:
+            fanned_out = min(len(questions) - 1, self._fanout or book.size, book.size)
         work, first_prompt, prepared = await self._work(
-            messages, free, questions, template_kwargs, layout, debias, contextual, at_once
+            messages, free, questions, template_kwargs, layout, debias, contextual, fanned_out
         )
         # until it has finished, its prompt is one the slots will hold (book.base)
         with book.coming(first_prompt) if first_prompt else contextlib.nullcontext():
@@ -342,7 +337,7 @@ class DecisionService:
                 items = list(questions.items())
 
                 def one(
-                    qid: str, question: Question, spread: bool = False
+                    qid: str, question: Question, in_fan_out: bool = False
                 ) -> Coroutine[Any, Any, Outcome]:
                     return self._decide(
                         messages,
@@ -351,7 +346,7 @@ class DecisionService:
                         debias.get(qid, ()),
                         free if qid in contextual else None,
                         layout,
-                        spread=spread,
+                        in_fan_out=in_fan_out,
                         prepared=prepared.get(qid, {}),
                     )
 
@@ -362,7 +357,7 @@ class DecisionService:
 
                     async def limited(qid: str, question: Question) -> None:
                         async with limit:
-                            outcomes[qid] = await one(qid, question, spread)
+                            outcomes[qid] = await one(qid, question, fans_out)
 
                     try:
                         async with asyncio.TaskGroup() as group:
@@ -381,13 +376,19 @@ class DecisionService:
         free: Sequence[Mapping[str, Any]] | None = None,
         layout: str = DEFAULT_LAYOUT,
         *,
-        spread: bool = False,
-        prepared: Mapping[int, _Prepared] = MappingProxyType({}),
+        in_fan_out: bool = False,
+        prepared: Mapping[int | None, _Prepared] = MappingProxyType({}),
     ) -> Outcome:
-        """``prepared``: the prompts the admission's estimate made, by cyclic shift."""
+        """``prepared``: the prompts the admission's estimate made, by cyclic shift (None:
+        the content-free read's)."""
         if not _rotated(question, debias):
             outcome = await self._decide_once(
-                messages, question, template_kwargs, layout, spread=spread, prepared=prepared.get(0)
+                messages,
+                question,
+                template_kwargs,
+                layout,
+                in_fan_out=in_fan_out,
+                prepared=prepared.get(0),
             )
         else:
             # one after another: each rotation reuses the KV of everything before the options
@@ -399,7 +400,7 @@ class DecisionService:
                         rotate(question, s),
                         template_kwargs,
                         layout,
-                        spread=spread,
+                        in_fan_out=in_fan_out,
                         prepared=prepared.get(s),
                     ),
                 )
@@ -423,7 +424,7 @@ class DecisionService:
             )
         if free is not None and question.kind != "score":
             weights, spent = await self._free_answer(
-                free, question, template_kwargs, layout, prepared.get(_FREE)
+                free, question, template_kwargs, layout, prepared.get(None)
             )
             outcome = replace(
                 outcome,
@@ -466,7 +467,7 @@ class DecisionService:
         template_kwargs: Mapping[str, Any] | None,
         layout: str = DEFAULT_LAYOUT,
         *,
-        spread: bool = False,
+        in_fan_out: bool = False,
         prepared: _Prepared | None = None,
     ) -> Outcome:
         """One read of ``question``, its prompt ``prepared`` (by the admission's
@@ -481,7 +482,7 @@ class DecisionService:
                 or prepared.info is not self._discovery.known
             ):
                 prepared = await self._prepare(messages, question, kwargs, layout, ubatch)
-            outcome = await self._read(question, prepared, kwargs, layout, spread=spread)
+            outcome = await self._read(question, prepared, kwargs, layout, in_fan_out=in_fan_out)
             if outcome is not None:
                 return outcome
             self._forget()  # another model answered: verify labels again, once
@@ -556,11 +557,11 @@ class DecisionService:
         layout: str,
         debias: Mapping[str, Sequence[int]],
         contextual: frozenset[str],
-        at_once: int = 0,
-    ) -> tuple[Work | None, tuple[int, ...], dict[str, dict[int, _Prepared]]]:
+        fanned_out: int = 0,
+    ) -> tuple[Work | None, tuple[int, ...], dict[str, dict[int | None, _Prepared]]]:
         """The tokens and idle-server seconds of reading each question about ``messages``
         in turn, each read where the slot book places it and costed as it evaluates there
-        (``SlotBook.trail``), except that ``at_once`` questions after the first are read
+        (``SlotBook.trail``), except that ``fanned_out`` questions after the first are read
         at once (a fan-out on the segment scheme), each in a slot of this process's own
         (the content-free reads of such a fan-out run beside it, in whichever slot frees
         first, and are costed where the one before went: one evaluation of the
@@ -575,13 +576,13 @@ class DecisionService:
         made): what the slots will hold (``SlotBook.coming``), which decisions costed
         after it may build on; and the prompts made on the way, by question id and shift,
         for the reads to take."""
-        prepared: dict[str, dict[int, _Prepared]] = {}
+        prepared: dict[str, dict[int | None, _Prepared]] = {}
         cost = self._reader.cost
         if cost.observed == 0:
             return None, (), prepared
         kwargs = rendering_kwargs(template_kwargs)
         ubatch = self._reader.ubatch
-        trail = (await self._reader.book()).trail(ubatch, at_once)
+        trail = (await self._reader.book()).trail(ubatch, fanned_out)
         tokens = 0
         seconds = 0.0
         for qid, question in questions.items():
@@ -601,7 +602,7 @@ class DecisionService:
             made = prepared.setdefault(qid, {})
             for n_read, (convo, asked, shift) in enumerate(reads):
                 one_prompt = await self._prepare(convo, asked, kwargs, layout, ubatch)
-                made[_FREE if shift is None else shift] = one_prompt
+                made[shift] = one_prompt  # shift None: the content-free read
                 found, n_ctx = one_prompt.tokens, one_prompt.info.n_ctx
                 if found is None or (n_ctx and len(found[0]) >= n_ctx):
                     return None, trail.first, prepared  # read as it comes, or refused: too long
@@ -635,14 +636,14 @@ class DecisionService:
         kwargs: Mapping[str, Any],
         layout: str = DEFAULT_LAYOUT,
         *,
-        spread: bool = False,
+        in_fan_out: bool = False,
     ) -> Outcome | None:
         """The read, or ``None`` when a model other than ``prepared.info``'s answered it.
 
         Text conversations are read repeatably (``proxy/reader.py``): through
         ``/completion`` with the prompt's tokens, pinned to a leased slot. Others (images,
         audio) go through llama-server's chat endpoint, which renders them itself.
-        ``spread``: one of a request's questions read in parallel on the segment scheme
+        ``in_fan_out``: one of a request's questions read in parallel on the segment scheme
         (``_ask``), which takes a free slot rather than wait for one.
 
         A read returns the top ``width`` log-probabilities; a label missing there (a model
@@ -671,13 +672,13 @@ class DecisionService:
         queued = tokens is not None and short(tokens[0], ubatch)
         own = len(tokens[0]) - len(segment) if tokens else 0  # after the segment
         async with book.lease(
-            segment, by_prefix=bool(ubatch), short=queued, own=own, wait=not spread
+            segment, by_prefix=bool(ubatch), short=queued, own=own, wait=not in_fan_out
         ) as slot:
             widths = read_widths(self._n_probs, len(labels), info.n_vocab)
             width_from = self._width_from(tuple(ids), widths)
             for width in widths[widths.index(width_from) :]:
                 if tokens is None:  # pinned too, so that it cannot land in a leased slot
-                    book.holds[slot] = None
+                    book.contents[slot] = None
                     read = await self._upstream.next_token(
                         convo,
                         n_probs=width,
@@ -774,9 +775,6 @@ def _free_key(
         ],
         option=orjson.OPT_SORT_KEYS,
     )
-
-
-_FREE = -1  # a question's content-free prompt among its prepared ones (by cyclic shift)
 
 
 def _rotated(question: Question, debias: Sequence[int]) -> bool:

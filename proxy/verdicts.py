@@ -15,9 +15,10 @@ they were the many timed steps, short and long, that admission's first estimates
 
 The store is one JSON file (``--check-verdicts``), read at start and rewritten whole on
 each new verdict (a temporary file renamed over it, so a reader never sees half of
-one). Workers of one server share it: each adds its verdicts to what the file holds.
-Only a verdict that reads held is kept: a failed check may come from reads of other
-processes batched with it (another worker's decisions, a relayed generation), so it is
+one). Proxies that share it (replicas on one host) each add their verdicts to what the
+file holds. Only a verdict that reads held is kept: a failed check may come from reads of
+other processes batched with it (a relayed generation, a request sent to llama-server
+directly), so it is
 made again at the next start, and one that could not run decides nothing.
 
 What the key cannot see: llama-server's flags that ``/props`` does not report (``-fa``,

@@ -6,16 +6,9 @@ import datetime as dt
 
 from aiohttp import web
 
-from ..app_keys import METRICS, MODELS, PEERS, UPSTREAM
-from ..errors import (
-    MetricsIncomplete,
-    NotFound,
-    UpstreamError,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
-from ..metrics import CONTENT_TYPE, merged
-from ..peers import peer_metrics
+from ..app_keys import METRICS, MODELS, UPSTREAM
+from ..errors import NotFound, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from ..metrics import CONTENT_TYPE
 from ..served import UnknownModel
 from .common import json_response
 
@@ -58,18 +51,8 @@ async def _readiness(app: web.Application) -> str:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """This process's metrics, or with ``--workers`` every worker's, summed; 503
-    (``MetricsIncomplete``) when a worker did not report."""
+    """The proxy's metrics (prometheus_client's text exposition)."""
     body = request.app[METRICS].render()
-    peers = request.app.get(PEERS)
-    if peers:
-        others = await peer_metrics(peers)
-        if len(others) < len(peers):  # a partial sum would read as a counter reset
-            raise MetricsIncomplete(
-                f"{len(peers) - len(others)} of {len(peers) + 1} "
-                "workers did not report their metrics; scrape again"
-            )
-        body = merged([body.decode(), *others])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -7,7 +7,7 @@ choice after them (fit.py) are drawn by position in the item list, so the same l
 in the same order with the same seed get the same roles, maps, floor and threshold as the
 re-reading fit (``calibrate DATA.jsonl``): an outcomes file written from a labelled JSONL
 line by line is that labelled set, whatever order the records were written in (completion
-order under concurrency, several files or workers' shards in any order).
+order under concurrency, several files or replicas' shards in any order).
 
 Each item's probabilities are the record's ``raw_probabilities`` (after debiasing, before
 calibration): what the re-reading fit reads with ``"x_calibration": "none"``. A yes/no answer

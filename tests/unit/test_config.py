@@ -52,3 +52,29 @@ def test_help_names_every_environment_variable():
         "PROXY_MAX_QUEUED",
     ):
         assert env in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [
+        (["--workers", "2"], {}, "--workers"),
+        ([], {"PROXY_WORKERS": "4"}, "PROXY_WORKERS"),
+        (["--workers", "3"], {"PROXY_WORKERS": "1"}, "--workers"),  # the flag wins
+    ],
+)
+def test_a_removed_setting_asking_for_more_stops_the_start_naming_it(argv, env, named, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        load_settings(argv, env)
+    assert stopped.value.code == 2
+    said = capsys.readouterr().err
+    assert f"{named} was removed" in said and "replicas" in said
+
+
+@pytest.mark.parametrize(("argv", "env"), [(["--workers", "1"], {}), ([], {"PROXY_WORKERS": "1"})])
+def test_a_removed_setting_at_its_old_default_is_said_and_ignored(argv, env, caplog):
+    assert load_settings(argv, env) == Settings()
+    assert "was removed and is ignored" in caplog.text
+
+
+def test_a_removed_setting_is_not_in_the_help():
+    assert "workers" not in build_parser().format_help()

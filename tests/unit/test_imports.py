@@ -4,10 +4,14 @@
   ``proxy`` itself, pydantic (with its own dependencies) and orjson: checked in a fresh
   interpreter whose import system refuses every other top-level module, which is what an
   environment holding only pydantic and orjson would do.
-* The modules of ``proxy`` and of ``semif_tools`` (the offline tools) import each other
-  without a circle, counting the imports that run inside functions (a circle broken only by
-  a deferred import is still a circle), and across the two packages: one graph holds both.
-  Imports under ``if TYPE_CHECKING:`` never run and are not counted.
+* The repository's Python modules (``proxy``, ``semif_tools``, ``scripts``, ``bench``,
+  ``deploy``, ``tests``: every ``.py`` file outside hidden folders and virtual environments)
+  import each other without a circle, counting the imports that run inside functions (a
+  circle broken only by a deferred import is still a circle), and across the folders: one
+  graph holds them all. Imports under ``if TYPE_CHECKING:`` never run and are not counted.
+  A script folder without ``__init__.py`` (``bench/``) puts its own folder on ``sys.path``
+  and may put its parent's there too: ``import overhead`` in ``bench/investigations/`` is
+  ``bench/overhead.py``, the same file as ``bench.overhead``.
 * ``proxy`` imports no module of ``semif_tools``, not even inside a function: the tools are
   clients of the server, with a command of their own.
 """
@@ -150,15 +154,30 @@ def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+def _resolved(name: str, module: str, known: set[str]) -> str:
+    """An absolute import's module: ``name`` itself when the repository has it, else, as a
+    script's ``sys.path`` finds it, a module of that name in the importer's folder or one
+    above it (``import overhead`` in ``bench.investigations.x``: ``bench.overhead``)."""
+    if name in known:
+        return name
+    folders = module.split(".")[:-1]
+    for depth in range(len(folders), 0, -1):
+        beside = ".".join([*folders[:depth], name])
+        if beside in known:
+            return beside
+    return name
+
+
 def _targets(
     module: str, is_package: bool, node: ast.Import | ast.ImportFrom, known: set[str]
 ) -> set[str]:
-    """The proxy modules that ``node`` (in ``module``) names, relative imports resolved.
+    """The repository's modules that ``node`` (in ``module``) names, relative imports
+    resolved.
 
     ``from .pkg import name`` names ``pkg.name`` when that is a module, ``pkg`` otherwise.
     """
     if isinstance(node, ast.Import):
-        named = {alias.name for alias in node.names}
+        named = {_resolved(alias.name, module, known) for alias in node.names}
     else:
         if node.level:
             base_parts = module.split(".")
@@ -171,12 +190,31 @@ def _targets(
         named = set()
         for alias in node.names:
             sub = f"{base}.{alias.name}"
+            if not node.level:
+                sub, base = _resolved(sub, module, known), _resolved(base, module, known)
             named.add(sub if sub in known else base)
     return {name for name in named if name in known}
 
 
-def _graph(*packages: Path) -> dict[str, set[str]]:
-    """Module -> the modules of ``packages`` that its execution may import.
+def _python_files(root: Path) -> list[Path]:
+    """Every ``.py`` file under ``root``, outside hidden folders (``.git``, ``.venv``),
+    caches and virtual environments (a folder with ``pyvenv.cfg``)."""
+    found: list[Path] = []
+    for path in sorted(root.iterdir()):
+        if path.is_dir():
+            if (
+                not path.name.startswith((".", "__pycache__"))
+                and not (path / "pyvenv.cfg").exists()
+            ):
+                found += _python_files(path)
+        elif path.suffix == ".py":
+            found.append(path)
+    return found
+
+
+def _graph(*folders: Path) -> dict[str, set[str]]:
+    """Module -> the modules under ``folders`` that its execution may import; each folder's
+    modules are named from its parent (``proxy/app.py``: ``proxy.app``).
 
     Importing ``proxy.routes.meta`` runs ``proxy/routes/__init__.py`` first, so an import
     also leads to the target's packages, except those that enclose the importer (they
@@ -184,9 +222,9 @@ def _graph(*packages: Path) -> dict[str, set[str]]:
     submodules is thus an edge down, never a circle with the submodule's implied way up.
     """
     files = {
-        _module_name(path, package.parent): path
-        for package in packages
-        for path in package.rglob("*.py")
+        _module_name(path, folder.parent): path
+        for folder in folders
+        for path in _python_files(folder)
     }
     known = set(files)
     graph: dict[str, set[str]] = {}
@@ -224,8 +262,24 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_server_and_the_tools_have_no_import_circle() -> None:
-    cycle = _find_cycle(_graph(PROXY, TOOLS))
+def _folders() -> list[Path]:
+    """The repository's top-level folders that hold Python, every one of them."""
+    tops = {ROOT / path.relative_to(ROOT).parts[0] for path in _python_files(ROOT)}
+    assert all(top.is_dir() for top in tops), "a module at the root is not in the graph"
+    return sorted(tops)
+
+
+def test_the_repository_has_no_import_circle() -> None:
+    graph = _graph(*_folders())
+    assert {m.partition(".")[0] for m in graph} >= {
+        "proxy",
+        "semif_tools",
+        "scripts",
+        "bench",
+        "deploy",
+        "tests",
+    }
+    cycle = _find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
@@ -282,3 +336,27 @@ def test_the_graph_reads_relative_deferred_and_package_imports(tmp_path: Path) -
         "pkg.b",
         "pkg.a",
     ]
+
+
+def test_the_graph_finds_a_script_folders_modules_by_their_path(tmp_path: Path) -> None:
+    """A folder without ``__init__.py`` whose scripts import each other by bare name, from
+    their own folder or one above it, deferred too; hidden folders and virtual
+    environments are not read."""
+    files = {
+        "tools/a.py": "import b\n",
+        "tools/b.py": "def later():\n    from sub import c\n",
+        "tools/sub/c.py": "import a, json\n",
+        "tools/.hidden/d.py": "import a\n",
+        "tools/env/pyvenv.cfg": "",
+        "tools/env/e.py": "import a\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = _graph(tmp_path / "tools")
+    assert graph == {
+        "tools.a": {"tools.b"},
+        "tools.b": {"tools.sub.c"},
+        "tools.sub.c": {"tools.a"},  # its own folder has no a.py: the one above has
+    }
+    assert _find_cycle(graph) == ["tools.a", "tools.b", "tools.sub.c", "tools.a"]

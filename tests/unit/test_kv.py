@@ -12,8 +12,8 @@ from proxy.kv import (
     ASIDE,
     MAX_SMALL_CHUNK,
     OWN,
-    Held,
     SlotBook,
+    SlotContent,
     Step,
     after,
     common_prefix,
@@ -31,11 +31,11 @@ S_LEN = len(S)
 
 
 def _h(tokens, s_len=S_LEN):
-    return Held(tuple(tokens), s_len)
+    return SlotContent(tuple(tokens), s_len)
 
 
 @pytest.mark.parametrize(
-    "holds, steps",
+    "content, steps",
     [
         # nothing known: S cold, the question but its last token as one chunk, the last alone
         (None, [Step(10, False, 0, 10), Step(15, True, 10, 5), Step(16, True, 15, 1)]),
@@ -64,8 +64,8 @@ def _h(tokens, s_len=S_LEN):
         (_h(P[:14]), [Step(14, True, 13, 1, junk=0), Step(15, True, 13, 2), Step(16, True, 15, 1)]),
     ],
 )
-def test_plan(holds, steps):
-    assert plan(holds, len(S), P) == steps
+def test_plan(content, steps):
+    assert plan(content, len(S), P) == steps
 
 
 def test_a_long_question_goes_in_chunks_of_2_to_63_tokens():
@@ -100,7 +100,7 @@ def test_the_shared_segment_must_be_a_proper_prefix(bad):
 
 async def test_a_lease_prefers_the_slot_that_holds_the_same_segment_then_an_unknown_one():
     book = SlotBook(3)
-    book.holds = {0: Held((1, 2, 3), 2), 1: None, 2: Held((100, 101, 102, 7), 2)}
+    book.contents = {0: SlotContent((1, 2, 3), 2), 1: None, 2: SlotContent((100, 101, 102, 7), 2)}
     async with book.lease((100, 101)) as slot:
         assert slot == 2
     async with book.lease((5,)) as slot:
@@ -112,11 +112,11 @@ async def test_a_lease_prefers_the_slot_that_holds_the_same_segment_then_an_unkn
 
 async def test_a_lease_cut_short_forgets_what_the_slot_holds():
     book = SlotBook(1)
-    book.holds = {0: Held((1, 2), 1)}
+    book.contents = {0: SlotContent((1, 2), 1)}
     with pytest.raises(RuntimeError):
         async with book.lease((1,)):
             raise RuntimeError("upstream failed mid-read")
-    assert book.holds == {0: None}
+    assert book.contents == {0: None}
 
 
 async def test_a_freed_slot_goes_to_the_first_waiter_not_to_a_newcomer():
@@ -171,43 +171,47 @@ SHORT = tuple(range(1000, 1200))  # 200 tokens: every row within 256 cells
 
 
 @pytest.mark.parametrize(
-    "holds, prompt, steps",
+    "content, prompt, steps",
     [
         # nothing known, short: one request from position 0, the last row in it
         (None, SHORT, [Step(200, False, 0, 200)]),
         # nothing known, long: all but the last from position 0, then the last alone
         (None, LONG, [Step(299, False, 0, 299), Step(300, True, 299, 1)]),
         # another conversation with the same opening: llama-server's prefix is as good as cold
-        (Held(SHORT[:30] + (7,), 0), SHORT, [Step(200, True, 30, 170)]),
-        (Held(LONG[:100] + (7,), 0), LONG, [Step(299, True, 100, 199), Step(300, True, 299, 1)]),
+        (SlotContent(SHORT[:30] + (7,), 0), SHORT, [Step(200, True, 30, 170)]),
+        (
+            SlotContent(LONG[:100] + (7,), 0),
+            LONG,
+            [Step(299, True, 100, 199), Step(300, True, 299, 1)],
+        ),
         # a replay, and a prompt held with more after it: the last row alone again
-        (Held(SHORT, 0), SHORT, [Step(200, True, 199, 1)]),
-        (Held(LONG, 0, lone_last=True), LONG, [Step(300, True, 299, 1)]),
-        (Held(LONG + (5, 6), 0), LONG, [Step(300, True, 299, 1)]),
+        (SlotContent(SHORT, 0), SHORT, [Step(200, True, 199, 1)]),
+        (SlotContent(LONG, 0, lone_last=True), LONG, [Step(300, True, 299, 1)]),
+        (SlotContent(LONG + (5, 6), 0), LONG, [Step(300, True, 299, 1)]),
         # a longer prompt after a long read: its lone last row is dropped first
         (
-            Held(LONG[:280], 0, lone_last=True),
+            SlotContent(LONG[:280], 0, lone_last=True),
             LONG,
             [Step(280, True, 279, 1, junk=0), Step(299, True, 279, 20), Step(300, True, 299, 1)],
         ),
         # ... a short read's last row was in the per-row kernel: kept
-        (Held(LONG[:200], 0), LONG, [Step(299, True, 200, 99), Step(300, True, 299, 1)]),
+        (SlotContent(LONG[:200], 0), LONG, [Step(299, True, 200, 99), Step(300, True, 299, 1)]),
         # a last piece of one token past 256 cells (64 = 63 + 1) is avoided: two rows first
         (
-            Held(LONG[:235], 0),
+            SlotContent(LONG[:235], 0),
             LONG,
             [Step(237, True, 235, 2), Step(299, True, 237, 62), Step(300, True, 299, 1)],
         ),
         # ... and when one row is all that is missing, the slot drops one more
         (
-            Held(LONG[:298], 0),
+            SlotContent(LONG[:298], 0),
             LONG,
             [Step(298, True, 297, 1, junk=0), Step(299, True, 297, 2), Step(300, True, 299, 1)],
         ),
     ],
 )
-def test_plan_prefix(holds, prompt, steps):
-    assert plan_prefix(holds, prompt, 63) == steps
+def test_plan_prefix(content, prompt, steps):
+    assert plan_prefix(content, prompt, 63) == steps
 
 
 def test_plan_prefix_counts_pieces_per_logical_batch():
@@ -246,7 +250,7 @@ async def test_a_decision_waits_for_the_slot_that_is_reading_its_long_prefix():
     # a prompt that shares less than WAIT_FOR_PREFIX tokens takes the free slot at once
     async with book.lease(state[:100] + (9,), by_prefix=True) as other:
         assert other != slot
-    book.holds[slot] = Held(state + (1, 2), 0)
+    book.contents[slot] = SlotContent(state + (1, 2), 0)
     await first.__aexit__(None, None, None)
     assert await waiting == slot
 
@@ -254,7 +258,7 @@ async def test_a_decision_waits_for_the_slot_that_is_reading_its_long_prefix():
 async def test_a_free_slot_that_holds_the_prefix_is_taken_at_once_and_then_waited_for():
     book = SlotBook(2)
     state = tuple(range(5000, 5300))
-    book.holds[1] = Held(state, 0)
+    book.contents[1] = SlotContent(state, 0)
     first = book.lease(state + (1,), by_prefix=True)
     assert await first.__aenter__() == 1  # the free slot that holds the state
     # the next question about the state waits for that slot rather than evaluate the
@@ -273,8 +277,10 @@ async def test_a_read_does_not_take_the_slot_holding_what_a_coming_decision_need
     without that decision coming, the longest prefix wins, as llama-server chooses."""
     book = SlotBook(2)
     opening, state = tuple(range(20)), tuple(range(5000, 5300))
-    book.holds[0] = Held(opening + state + (1,), 0)
-    book.holds[1] = Held(tuple(range(900, 1000)), 0)  # another conversation, used longer ago
+    book.contents[0] = SlotContent(opening + state + (1,), 0)
+    book.contents[1] = SlotContent(
+        tuple(range(900, 1000)), 0
+    )  # another conversation, used longer ago
     free = opening + (7, 8, 9)
     with book.coming(opening + state + (1,)) if coming else contextlib.nullcontext():
         async with book.lease(free, by_prefix=True) as slot:
@@ -294,19 +300,23 @@ async def test_on_the_segment_scheme_a_read_keeps_off_a_coming_decisions_segment
     holding one, the one used longest ago."""
     book = SlotBook(3)
     state = tuple(range(5000, 5300))
-    book.holds = {0: Held(state + (1,), 300), 1: Held((900, 901, 2), 2), 2: None}
+    book.contents = {0: SlotContent(state + (1,), 300), 1: SlotContent((900, 901, 2), 2), 2: None}
     book._last_use.update({0: 1, 1: 2, 2: 3})
     with book.coming(state):
         async with book.lease((7, 8, 9)) as slot:
             assert slot == 2  # empty
         async with book.lease((7, 8, 9)) as a, book.lease((6, 8, 9)) as b:
             assert (a, b) == (2, 1)  # the empty one again, then what no decision needs
-        book.holds[1] = Held(state + (2,), 300)
-        book.holds[2] = Held(state + (3,), 300)
+        book.contents[1] = SlotContent(state + (2,), 300)
+        book.contents[2] = SlotContent(state + (3,), 300)
         book._last_use.update({0: 1, 1: 2, 2: 3})
         async with book.lease((5, 8, 9)) as slot:
             assert slot == 0  # every slot holds one: the one used longest ago
-    book.holds = {0: Held(state + (1,), 300), 1: Held((4, 5), 2), 2: Held((6, 7), 2)}
+    book.contents = {
+        0: SlotContent(state + (1,), 300),
+        1: SlotContent((4, 5), 2),
+        2: SlotContent((6, 7), 2),
+    }
     book._last_use.update({0: 1, 1: 2, 2: 3})
     async with book.lease((5, 8, 9)) as slot:
         assert slot == 0  # nothing coming: the one used longest ago
@@ -318,9 +328,9 @@ async def test_a_read_may_drop_what_a_coming_decision_needs_when_another_slot_ho
     and with one slot, the read takes it."""
     book = SlotBook(3)
     opening, state = tuple(range(20)), tuple(range(5000, 5300))
-    book.holds[0] = Held(opening + state + (1,), 0)
-    book.holds[1] = Held(opening + state + (2,), 0)
-    book.holds[2] = Held(opening + tuple(range(900, 1000)), 0)
+    book.contents[0] = SlotContent(opening + state + (1,), 0)
+    book.contents[1] = SlotContent(opening + state + (2,), 0)
+    book.contents[2] = SlotContent(opening + tuple(range(900, 1000)), 0)
     book._last_use.update({0: 3, 1: 1, 2: 2})
     with book.coming(opening + state + (3,)):
         async with book.lease(opening + (7, 8, 9), by_prefix=True) as slot:
@@ -328,13 +338,13 @@ async def test_a_read_may_drop_what_a_coming_decision_needs_when_another_slot_ho
     # a tie between what a read saves in one slot and what it drops there: the slot
     # used longest ago, as without anything coming
     tie = SlotBook(2)
-    tie.holds[0] = Held(opening + state[:20], 0)
+    tie.contents[0] = SlotContent(opening + state[:20], 0)
     tie._last_use.update({0: 2, 1: 1})
     with tie.coming(opening + state):
         async with tie.lease(opening + (7,), by_prefix=True) as slot:
             assert slot == 1
     alone = SlotBook(1)
-    alone.holds[0] = Held(opening + state, 0)
+    alone.contents[0] = SlotContent(opening + state, 0)
     with alone.coming(opening + state + (3,)):
         async with alone.lease(opening + (7,), by_prefix=True) as slot:
             assert slot == 0
@@ -378,7 +388,7 @@ async def test_questions_sent_at_once_about_one_long_state_all_wait_for_the_slot
 async def test_with_every_slot_leased_a_prefix_they_all_will_hold_is_no_reason_to_wait_for_one():
     book = SlotBook(2)
     fixed = tuple(range(7000, 7300))
-    book.holds = {0: Held(fixed + (0,), 0), 1: Held(fixed + (0,), 0)}  # both warm
+    book.contents = {0: SlotContent(fixed + (0,), 0), 1: SlotContent(fixed + (0,), 0)}  # both warm
     first, second = (book.lease(fixed + (i,), by_prefix=True) for i in (1, 2))
     a = await first.__aenter__()
     b = await second.__aenter__()
@@ -402,8 +412,8 @@ def _asked(n: int) -> tuple[int, ...]:
 def test_base_is_the_slot_holding_most_when_nothing_is_coming():
     book = SlotBook(2)
     assert book.base(_asked(1)) is None
-    book.holds[1] = Held(STATE[:300], 0)
-    assert book.base(_asked(1)) == Held(STATE[:300], 0)
+    book.contents[1] = SlotContent(STATE[:300], 0)
+    assert book.base(_asked(1)) == SlotContent(STATE[:300], 0)
 
 
 def test_base_counts_a_state_coming_once_for_those_that_will_wait_for_it():
@@ -411,7 +421,7 @@ def test_base_counts_a_state_coming_once_for_those_that_will_wait_for_it():
     with book.coming(_asked(0)):
         base = book.base(_asked(1))
         # the shared part (state and question) as if held: only this request's own tokens
-        assert base == Held(_asked(1)[:1504], 0)
+        assert base == SlotContent(_asked(1)[:1504], 0)
         steps = plan_prefix(base, _asked(1), 63)
         assert [s.evaluated for s in steps] == [1]  # its last token, read alone
     assert book.base(_asked(1)) is None  # finished (or refused): nothing is coming
@@ -424,16 +434,16 @@ def test_base_stops_counting_on_the_shared_part_when_too_many_would_wait():
     with contextlib.ExitStack() as stack:
         for n in range(88):
             stack.enter_context(book.coming(_asked(n)))
-        assert book.base(_asked(100)) == Held(_asked(100)[:1504], 0)
+        assert book.base(_asked(100)) == SlotContent(_asked(100)[:1504], 0)
         stack.enter_context(book.coming(_asked(88)))
         assert book.base(_asked(100)) is None
 
 
 def test_base_prefers_what_a_slot_holds_when_it_is_no_less_than_what_is_coming():
     book = SlotBook(2)
-    book.holds[0] = Held(STATE[:1400], 0)
+    book.contents[0] = SlotContent(STATE[:1400], 0)
     with book.coming(_asked(0)):  # 104 tokens more than held: under WAIT_FOR_PREFIX (128)
-        assert book.base(_asked(1)) == Held(STATE[:1400], 0)
+        assert book.base(_asked(1)) == SlotContent(STATE[:1400], 0)
 
 
 # -- the segment scheme: questions wait for the slot reading their segment ---------------
@@ -453,15 +463,15 @@ async def test_on_the_segment_scheme_a_question_waits_for_the_slot_reading_its_s
         other = book.lease(other_segment, own=40)
         assert await asyncio.wait_for(other.__aenter__(), 1) != slot
         await other.__aexit__(None, None, None)
-    book.holds[slot] = Held((*SEGMENT, 1, 2), len(SEGMENT))
+    book.contents[slot] = SlotContent((*SEGMENT, 1, 2), len(SEGMENT))
     await first.__aexit__(None, None, None)
     assert await waiting == slot
 
 
 async def test_on_the_segment_scheme_a_free_slot_holding_the_segment_is_taken_at_once():
     book = SlotBook(2)
-    book.holds[1] = Held((*SEGMENT, 5), len(SEGMENT))
-    book.holds[0] = Held((*SEGMENT, 5), 500)  # the same tokens, another segment's kernels
+    book.contents[1] = SlotContent((*SEGMENT, 5), len(SEGMENT))
+    book.contents[0] = SlotContent((*SEGMENT, 5), 500)  # the same tokens, another segment's kernels
     first = book.lease(SEGMENT, own=40)
     assert await first.__aenter__() == 1
     second = asyncio.ensure_future(book.lease(SEGMENT, own=40).__aenter__())
@@ -473,8 +483,8 @@ async def test_on_the_segment_scheme_a_free_slot_holding_the_segment_is_taken_at
 
 async def test_on_the_segment_scheme_a_free_slot_holding_the_segment_beats_waiting():
     book = SlotBook(3)
-    book.holds[2] = Held((*SEGMENT, 5), len(SEGMENT))
-    book.holds[1] = Held((*SEGMENT, 5), len(SEGMENT))
+    book.contents[2] = SlotContent((*SEGMENT, 5), len(SEGMENT))
+    book.contents[1] = SlotContent((*SEGMENT, 5), len(SEGMENT))
     first = book.lease(SEGMENT, own=40)
     reading = await first.__aenter__()
     second = book.lease(SEGMENT, own=40)
@@ -496,7 +506,10 @@ async def test_on_the_segment_scheme_a_read_asked_not_to_wait_takes_a_free_slot(
 
 async def test_on_the_segment_scheme_with_every_slot_reading_it_the_first_freed_serves():
     book = SlotBook(2)
-    book.holds = {0: Held((*SEGMENT, 5), len(SEGMENT)), 1: Held((*SEGMENT, 6), len(SEGMENT))}
+    book.contents = {
+        0: SlotContent((*SEGMENT, 5), len(SEGMENT)),
+        1: SlotContent((*SEGMENT, 6), len(SEGMENT)),
+    }
     a, b = book.lease(SEGMENT, own=40), book.lease(SEGMENT, own=40)
     first = await asyncio.wait_for(a.__aenter__(), 1)
     second = await asyncio.wait_for(b.__aenter__(), 1)  # the other slot that holds it
@@ -542,17 +555,17 @@ def _asked_segment(n: int) -> tuple[int, ...]:
 def test_base_segment_is_the_slot_holding_the_segment_and_most_after_it():
     book = SlotBook(3)
     assert book.base_segment(_asked_segment(1), len(SEGMENT)) is None
-    book.holds[0] = Held(_asked_segment(0), 500)  # another segment's kernels: not it
-    book.holds[1] = Held((*SEGMENT, 1), len(SEGMENT))
-    book.holds[2] = Held(_asked_segment(0), len(SEGMENT))
-    assert book.base_segment(_asked_segment(1), len(SEGMENT)) == book.holds[2]
+    book.contents[0] = SlotContent(_asked_segment(0), 500)  # another segment's kernels: not it
+    book.contents[1] = SlotContent((*SEGMENT, 1), len(SEGMENT))
+    book.contents[2] = SlotContent(_asked_segment(0), len(SEGMENT))
+    assert book.base_segment(_asked_segment(1), len(SEGMENT)) == book.contents[2]
 
 
 def test_base_segment_counts_a_segment_coming_once_for_those_that_will_wait_for_it():
     book = SlotBook(4)
     with book.coming(SEGMENT):
         base = book.base_segment(_asked_segment(1), len(SEGMENT))
-        assert base == Held(SEGMENT, len(SEGMENT))
+        assert base == SlotContent(SEGMENT, len(SEGMENT))
         steps = plan(base, len(SEGMENT), _asked_segment(1))
         assert sum(s.evaluated for s in steps) == 4  # its own 4 tokens, not the state
     assert book.base_segment(_asked_segment(1), len(SEGMENT)) is None
@@ -565,7 +578,9 @@ def test_base_segment_stops_counting_on_the_segment_when_too_many_would_wait():
     with contextlib.ExitStack() as stack:
         for _ in range(50):
             stack.enter_context(book.coming(SEGMENT))
-        assert book.base_segment(_asked_segment(1), len(SEGMENT)) == Held(SEGMENT, len(SEGMENT))
+        assert book.base_segment(_asked_segment(1), len(SEGMENT)) == SlotContent(
+            SEGMENT, len(SEGMENT)
+        )
         stack.enter_context(book.coming(SEGMENT))
         assert book.base_segment(_asked_segment(1), len(SEGMENT)) is None
 
@@ -687,7 +702,7 @@ async def test_streams_about_states_the_slots_hold_pass_a_decision_in_line_at_mo
         await asyncio.sleep(0)
         assert not any(f.done() for _, f in follow)
         lease, slot = running[turn % 2]
-        book.holds[slot] = Held(states[turn % 2] + (0,), 0)
+        book.contents[slot] = SlotContent(states[turn % 2] + (0,), 0)
         await lease.__aexit__(None, None, None)
         await asyncio.sleep(0)
         if other.done():
@@ -750,7 +765,7 @@ FREE_FAR, FREE_FAR2 = OPENING + (7, 8, 9), OPENING + (7, 8, 10)  # sharing the o
 
 
 @pytest.mark.parametrize(
-    ("holds", "last_use", "coming", "prompt", "s_len", "ubatch", "slot", "steps"),
+    ("contents", "last_use", "coming", "prompt", "s_len", "ubatch", "slot", "steps"),
     [
         # an empty book: the first slot, all of it evaluated (two requests past 256 cells)
         (
@@ -765,7 +780,7 @@ FREE_FAR, FREE_FAR2 = OPENING + (7, 8, 9), OPENING + (7, 8, 10)  # sharing the o
         ),
         # a slot holding a prefix of the prompt: from there
         (
-            [Held(OPENING, 0), Held(LONG[:200], 0)],
+            [SlotContent(OPENING, 0), SlotContent(LONG[:200], 0)],
             {},
             None,
             P1,
@@ -776,7 +791,7 @@ FREE_FAR, FREE_FAR2 = OPENING + (7, 8, 9), OPENING + (7, 8, 10)  # sharing the o
         ),
         # two slots holding the same prefix: the one used longest ago
         (
-            [Held(LONG[:200], 0), Held(LONG[:200], 0)],
+            [SlotContent(LONG[:200], 0), SlotContent(LONG[:200], 0)],
             {0: 2, 1: 1},
             None,
             P1,
@@ -787,7 +802,7 @@ FREE_FAR, FREE_FAR2 = OPENING + (7, 8, 9), OPENING + (7, 8, 10)  # sharing the o
         ),
         # a read keeps off the slot holding the state a coming decision reads on
         (
-            [Held(P1, 0), Held(OPENING + (900, 901), 0)],
+            [SlotContent(P1, 0), SlotContent(OPENING + (900, 901), 0)],
             {},
             P2,
             FREE_FAR,
@@ -797,7 +812,7 @@ FREE_FAR, FREE_FAR2 = OPENING + (7, 8, 9), OPENING + (7, 8, 10)  # sharing the o
             [Step(23, True, 20, 3)],
         ),
         # ... unless it keeps more of it there than it drops: the content-free read stays
-        ([Held(P1, 0), None], {}, P2, FREE_NEAR, 20, 63, 0, [Step(291, True, 290, 1)]),
+        ([SlotContent(P1, 0), None], {}, P2, FREE_NEAR, 20, 63, 0, [Step(291, True, 290, 1)]),
         # the segment scheme: an empty book, the segment cold
         (
             [None, None],
@@ -824,14 +839,14 @@ FREE_FAR, FREE_FAR2 = OPENING + (7, 8, 9), OPENING + (7, 8, 10)  # sharing the o
     ids=["empty", "prefix", "shared", "keeps-off", "stays", "segment-empty", "segment-held"],
 )
 async def test_placement_is_the_slot_a_lease_takes_and_the_steps_read_there(
-    holds, last_use, coming, prompt, s_len, ubatch, slot, steps
+    contents, last_use, coming, prompt, s_len, ubatch, slot, steps
 ):
-    book = SlotBook(len(holds))
-    book.holds = dict(enumerate(holds))
+    book = SlotBook(len(contents))
+    book.contents = dict(enumerate(contents))
     book._last_use.update(last_use)
     with book.coming(coming) if coming else contextlib.nullcontext():
         placed = book.placement(prompt, s_len, ubatch)
-        assert placed == (slot, holds[slot], steps)
+        assert placed == (slot, contents[slot], steps)
         assert placed.evaluated == sum(step.evaluated for step in steps)
         segment = prompt if ubatch else prompt[:s_len]
         async with book.lease(segment, by_prefix=bool(ubatch)) as leased:
@@ -841,25 +856,25 @@ async def test_placement_is_the_slot_a_lease_takes_and_the_steps_read_there(
 # each read: (prompt, s_len, question, content_free) -> (slot, what it builds on, evaluated)
 _NEAR_TRAIL = [
     ((P1, 300, False, False), (OWN, None, 303)),  # an empty book: all of it
-    ((P2, 300, False, False), (OWN, Held(P1, 300), 3)),  # a rotation: its own part
-    ((FREE_NEAR, 290, False, True), (OWN, Held(P2, 300), 1)),  # keeps more than it drops
-    ((P3, 300, True, False), (OWN, Held(FREE_NEAR, 290), 13)),  # the next question after it
+    ((P2, 300, False, False), (OWN, SlotContent(P1, 300), 3)),  # a rotation: its own part
+    ((FREE_NEAR, 290, False, True), (OWN, SlotContent(P2, 300), 1)),  # keeps more than it drops
+    ((P3, 300, True, False), (OWN, SlotContent(FREE_NEAR, 290), 13)),  # the next question after it
 ]
 _FAR_TRAIL = [
     ((P1, 300, False, False), (OWN, None, 303)),
     ((FREE_FAR, 20, False, True), (ASIDE, None, 23)),  # would drop the state: aside
-    ((P3, 300, True, False), (OWN, Held(P1, 300), 3)),  # the state still in its own slot
-    ((FREE_FAR2, 20, False, True), (ASIDE, Held(FREE_FAR, 20), 1)),  # where the last went
+    ((P3, 300, True, False), (OWN, SlotContent(P1, 300), 3)),  # the state still in its own slot
+    ((FREE_FAR2, 20, False, True), (ASIDE, SlotContent(FREE_FAR, 20), 1)),  # where the last went
 ]
 _TIE_TRAIL = [  # as much kept as dropped: the other slot, the decision's was used last
     ((P1, 300, False, False), (OWN, None, 303)),
-    ((P2, 300, False, False), (OWN, Held(P1, 300), 3)),
+    ((P2, 300, False, False), (OWN, SlotContent(P1, 300), 3)),
     ((LONG[:150] + (7,), 150, False, True), (ASIDE, None, 151)),
 ]
 _ALONE_TRAIL = [  # one slot: the content-free read takes it, state and all
     ((P1, 300, False, False), (OWN, None, 303)),
-    ((FREE_FAR, 20, False, True), (OWN, Held(P1, 300), 3)),
-    ((P3, 300, True, False), (OWN, Held(FREE_FAR, 20), 283)),
+    ((FREE_FAR, 20, False, True), (OWN, SlotContent(P1, 300), 3)),
+    ((P3, 300, True, False), (OWN, SlotContent(FREE_FAR, 20), 283)),
 ]
 QA, QB, QC = S + Q, S + tuple(range(300, 306)), S + tuple(range(400, 406))
 FREE_SEGMENT = (100, 101, 500, 501, 502, 503, 504, 505)  # the content-free turn's own segment
@@ -867,12 +882,12 @@ _SEGMENT_TRAIL = [  # a fan-out of two at once over two empty slots
     ((QA, S_LEN, False, False), (OWN, None, 16)),
     ((FREE_SEGMENT, 4, False, True), (ASIDE, None, 8)),  # keeps off the coming segment
     ((QB, S_LEN, True, False), (OWN, None, 16)),  # in the other slot: the segment again
-    ((QC, S_LEN, True, False), (OWN, Held(QB, S_LEN), 6)),
+    ((QC, S_LEN, True, False), (OWN, SlotContent(QB, S_LEN), 6)),
 ]
 
 
 @pytest.mark.parametrize(
-    ("slots", "ubatch", "at_once", "reads"),
+    ("slots", "ubatch", "fanned_out", "reads"),
     [
         (2, 63, 0, _NEAR_TRAIL),
         (2, 63, 0, _FAR_TRAIL),
@@ -882,13 +897,13 @@ _SEGMENT_TRAIL = [  # a fan-out of two at once over two empty slots
     ],
     ids=["near", "far", "tie", "alone", "segment"],
 )
-def test_a_trail_places_a_decisions_reads_as_the_book_will(slots, ubatch, at_once, reads):
+def test_a_trail_places_a_decisions_reads_as_the_book_will(slots, ubatch, fanned_out, reads):
     """Admission's estimate: each read of a decision, where it lands and what it evaluates
     there, the first in an empty book."""
-    trail = SlotBook(slots).trail(ubatch, at_once)
+    trail = SlotBook(slots).trail(ubatch, fanned_out)
     for (prompt, s_len, question, content_free), (slot, held, evaluated) in reads:
         placed = trail.place(prompt, s_len, question=question, content_free=content_free)
-        assert (placed.slot, placed.held, placed.evaluated) == (slot, held, evaluated)
+        assert (placed.slot, placed.content, placed.evaluated) == (slot, held, evaluated)
     first = reads[0][0]
     assert trail.first == (first[0] if ubatch else first[0][: first[1]])
 
@@ -899,4 +914,4 @@ def test_a_trail_builds_on_the_state_a_coming_decision_reads():
     book = SlotBook(4)
     with book.coming(_asked(0)):
         placed = book.trail(63).place(_asked(1), len(STATE))
-    assert placed == (OWN, Held(_asked(1)[:1504], 0), [Step(1505, True, 1504, 1)])
+    assert placed == (OWN, SlotContent(_asked(1)[:1504], 0), [Step(1505, True, 1504, 1)])

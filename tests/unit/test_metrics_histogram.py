@@ -1,10 +1,10 @@
 """The histograms' names, labels and buckets (what dashboards and alerts are written
-against), and their sum over --workers."""
+against)."""
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.metrics import Metrics, merged
+from proxy.metrics import Metrics
 
 LATENCY = (
     "0.002",
@@ -77,32 +77,3 @@ def test_names_labels_and_buckets(attribute, name, labels, bounds):
     histogram = getattr(metrics, attribute)
     (histogram.labels(*("x" for _ in labels)) if labels else histogram).observe(0.5)
     assert _buckets(metrics.render().decode(), name) == (tuple(sorted(labels)), bounds)
-
-
-def test_two_workers_histograms_add_up_bucket_by_bucket():
-    one, two = Metrics(), Metrics()
-    for value in (0.003, 0.5):
-        one.latency.labels("/v1/systemone", "decision", "ok").observe(value)
-    two.latency.labels("/v1/systemone", "decision", "ok").observe(0.004)
-    text = merged([one.render().decode(), two.render().decode()]).decode()
-    samples = {
-        (s.name, s.labels.get("le")): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name.startswith("semif_request_duration_seconds")
-    }
-    name = "semif_request_duration_seconds"
-    assert samples[(name + "_bucket", "0.002")] == 0
-    assert samples[(name + "_bucket", "0.005")] == 2
-    assert samples[(name + "_bucket", "+Inf")] == 3
-    assert samples[(name + "_count", None)] == 3
-    assert samples[(name + "_sum", None)] == pytest.approx(0.507)
-    created = [text_string_to_metric_families(m.render().decode()) for m in (one, two)]
-    earliest = min(
-        s.value
-        for families in created
-        for family in families
-        for s in family.samples
-        if s.name == name + "_created"
-    )
-    assert samples[(name + "_created", None)] == earliest  # the first process's

@@ -31,7 +31,6 @@ from proxy.decision.readout import decide
 from proxy.errors import (
     InternalError,
     InvalidRequest,
-    MetricsIncomplete,
     Overloaded,
     ProfileRefused,
     Unprocessable,
@@ -391,7 +390,6 @@ def test_rerank_answers_as_documented(method, give):
         UpstreamUnavailable("down"),
         ProfileRefused("no profile named p", param="x_calibration"),
         InternalError("0123456789abcdef"),
-        MetricsIncomplete("1 of 2 workers did not report their metrics; scrape again"),
         Unprocessable([{"loc": ["body", "state"], "msg": "m", "type": "missing"}]),
     ],
 )

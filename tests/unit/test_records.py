@@ -1,6 +1,7 @@
 """Decision records (proxy/records.py, proxy/record_sink.py): ids, the record's exact
 fields, the keyed hash, inputs only when asked, and a sink that stalls (answers go on, the
-queue stays bounded, drops are counted), and lines from several workers that never tear."""
+queue stays bounded, drops are counted), and records larger than a pipe keeps whole that
+never tear on stdout."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import asyncio
 import hashlib
 import hmac
 import math
-import multiprocessing
 import os
 import signal
 import struct
@@ -33,7 +33,7 @@ from proxy.decision.question import choice_question, noul_question, score_questi
 from proxy.decision.readout import Decision, decide
 from proxy.metrics import Metrics
 from proxy.profile_store import DebiasPlan, ProfileStore, apply_profile
-from proxy.record_sink import RecordWriter, Relay
+from proxy.record_sink import RecordWriter
 from proxy.records import (
     ANSWER,
     OFF,
@@ -512,69 +512,22 @@ async def test_records_ride_in_the_answers_with_answer():
             assert answer["x_record"]["api"] == "system_one"
 
 
-# -- --workers ------------------------------------------------------------------------
-
-_BIG = "x" * 9000  # a record of several kilobytes: more than a pipe keeps whole (4096)
-
-
-def _worker(conn, worker: int, count: int) -> None:
-    writer = RecordWriter(conn.send_bytes, 1000)
-    for n in range(count):
-        while not writer.put({"worker": worker, "n": n, "pad": _BIG}):
-            time.sleep(0.001)
-    writer.close(30)
-    conn.close()
-
-
-def test_lines_from_several_workers_never_tear():
-    """Three processes send 9 KB records through their writers to one relay, which writes
-    to a pipe (where a write of more than 4096 bytes is not atomic): every line read back
-    is one whole record, and every record arrives."""
-    read_end, write_end = os.pipe()
-    relay = Relay(lambda data: _write_all(write_end, data))
-    context = multiprocessing.get_context("spawn")
-    procs = []
-    for w in range(3):
-        receive, send = context.Pipe(duplex=False)
-        proc = context.Process(target=_worker, args=(send, w, 60))
-        proc.start()
-        send.close()
-        relay.add(receive)
-        procs.append(proc)
-    got = bytearray()
-
-    def drain() -> None:
-        while chunk := os.read(read_end, 65536):
-            got.extend(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    for proc in procs:
-        proc.join(60)
-        assert proc.exitcode == 0
-    relay.close(10)
-    os.close(write_end)
-    reader.join(10)
-    os.close(read_end)
-    records = [orjson.loads(line) for line in bytes(got).splitlines()]
-    assert all(r["pad"] == _BIG for r in records)
-    for w in range(3):
-        assert [r["n"] for r in records if r["worker"] == w] == list(range(60))
-
+# -- stdout ---------------------------------------------------------------------------
 
 _LONG = [f"{i:02d} " + "a long option name that makes the record large " * 5 for i in range(20)]
 
 
-def test_two_workers_relay_their_records_to_stdout_whole(tmp_path):
-    """``python -m proxy --workers 2 --decision-records stdout`` before the stand-in: 5 KB
-    records from both workers come out of the parent's stdout, one whole record a line."""
+def test_records_of_several_kilobytes_come_out_of_stdout_whole(tmp_path):
+    """``python -m proxy --decision-records stdout`` before the stand-in, stdout a pipe
+    (which keeps only writes of up to 4096 bytes whole): 5 KB records of requests on four
+    connections at once come out one whole record a line."""
     with StandIn(tokens=True) as standin:
         port = free_port()
         with open(tmp_path / "log", "wb") as log:
             proc = subprocess.Popen(
                 [
                     *(sys.executable, "-m", "proxy", "--port", str(port)),
-                    *("--upstream-url", standin.url, "--workers", "2"),
+                    *("--upstream-url", standin.url),
                     *("--decision-records", "stdout"),
                 ],
                 stdout=subprocess.PIPE,
@@ -623,14 +576,8 @@ def test_two_workers_relay_their_records_to_stdout_whole(tmp_path):
     assert sorted(r["decision_id"] for r in records) == ids == sorted(f"w-{n}" for n in range(12))
     assert all(len(line) > 4096 for line in lines)
     assert all(r["options"] == _LONG for r in records)
-    # one key for both workers: the same prompt, the same hash
+    # one key for the run: the same prompt, the same hash
     assert len({r["prompt_hash"] for r in records}) == 1
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 # -- settings -------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """The decision service with a recorded upstream: labels, widening, exactness."""
 
 import asyncio
-import fcntl
 import math
 import re
 import zlib
@@ -473,20 +472,6 @@ async def test_a_self_check_that_fails_once_is_made_again_and_passes(no_pause, c
     assert (out.read_scheme, out.repeatable) == ("prefix-63", True)
 
 
-async def test_self_checks_take_turns_on_a_lock_file(tmp_path, no_pause):
-    lock = tmp_path / "self-check.lock"
-    first = DecisionService(RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, check_lock=lock)
-    second = DecisionService(RecordedUpstream([SAME] * 6), n_probs=8, ubatch=63, check_lock=lock)
-    with open(lock, "ab") as held:  # another process's check holds it
-        fcntl.flock(held, fcntl.LOCK_EX)
-        waiting = asyncio.create_task(first.self_check.run())
-        await asyncio.sleep(0.2)
-        assert not waiting.done() and first.checked.repeatable is None
-    await asyncio.wait_for(waiting, 5)
-    await second.self_check.run()
-    assert first.checked.repeatable is True and second.checked.repeatable is True
-
-
 async def test_a_failed_prefix_check_falls_back_to_the_segment_scheme_and_answers_say_so(no_pause):
     from proxy.metrics import Metrics
 
@@ -611,13 +596,13 @@ class _Overlapping(RecordedUpstream):
         return await super().complete(tokens, **kwargs)
 
 
-def _estimated(fanout: int, reads: int, worker=(0, 1), ubatch=0):
+def _estimated(fanout: int, reads: int, ubatch=0):
     """A service over two recorded slots whose admission keeps each request's estimate
     (the segment scheme, or the prefix scheme with ``ubatch``); 1 ms a token."""
     up = _Overlapping([{49: -1.0, 51: -2.0}] * reads)
     admission = _Admitted()
     service = DecisionService(
-        up, n_probs=8, admission=admission, question_fanout=fanout, worker=worker, ubatch=ubatch
+        up, n_probs=8, admission=admission, question_fanout=fanout, ubatch=ubatch
     )
     service.cost.observe(CHUNK, 10, 0, upstream_s=0.01, wall_s=0.01)
     return service, up, admission.works
@@ -628,18 +613,18 @@ def _questions(letters: str):
 
 
 @pytest.mark.parametrize(
-    ("fanout", "worker", "fresh_reads"),
-    [(1, (0, 1), 1), (0, (0, 1), 2), (3, (0, 1), 2), (0, (1, 2), 1)],
+    ("fanout", "fresh_reads"),
+    [(1, 1), (0, 2), (3, 2)],
 )
 async def test_the_estimate_counts_the_state_again_in_each_slot_a_fan_out_spreads_to(
-    fanout, worker, fresh_reads
+    fanout, fresh_reads
 ):
     """On the segment scheme a request's questions after the first are read in turn in
     the slot the first left (``--question-fanout 1``), or at once, each in a slot of its
-    own (two slots here; one for the second of two worker processes), where all but the
+    own (two slots here), where all but the
     first's evaluate the state again: admission's estimate counts exactly the tokens the
     reads evaluate."""
-    service, up, admitted = _estimated(fanout, 3, worker)
+    service, up, admitted = _estimated(fanout, 3)
     await service.answer(Asked([{"role": "user", "content": STATE}], _questions("ABC")))
     (work,) = admitted
     reads = [r for r in up.requests if r[4] > 0]

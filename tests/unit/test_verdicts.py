@@ -114,7 +114,7 @@ def test_a_failed_verdict_is_not_kept(tmp_path) -> None:
     assert Verdicts(path).get("k") is None
 
 
-def test_workers_add_to_what_the_file_holds(tmp_path) -> None:
+def test_processes_sharing_the_file_add_to_what_it_holds(tmp_path) -> None:
     path = tmp_path / "verdicts.json"
     first, second = Verdicts(path), Verdicts(path)
     first.put("a", Check("prefix-63", True, "x", 1.0))
