@@ -50,6 +50,7 @@ from .decision.outcome import Outcome
 from .decision.prompt import PROMPT_FORMAT_VERSIONS
 from .decision.readout import choice_confidence, score_confidence
 from .metrics import Metrics
+from .protocol.records import RECORD, DecisionInput, DecisionRecord, RecordedQuestion
 from .record_sink import STDOUT, RecordWriter, sink_writer
 from .service import Answered, Asked
 
@@ -71,7 +72,6 @@ __all__ = [
     "open_recorder",
 ]
 
-RECORD = "semif.decision/1"
 OFF, ANSWER = "off", "answer"  # and STDOUT; anything else names a file
 # InvokeEndpoint's InferenceId, should SageMaker pass it on to the container
 SAGEMAKER_INFERENCE_ID = "X-Amzn-SageMaker-Inference-Id"
@@ -189,19 +189,20 @@ def records_of(
     finished: float,
     key: bytes,
     inputs: bool = False,
-) -> dict[str, dict[str, Any]]:
-    """Each decision's record, by question id. ``raw``: the probabilities after
-    debiasing, before calibration; ``threshold``: the applied profile's (None: none);
-    ``answered_at``: the answer's time (epoch seconds); ``finished``: its
-    ``time.perf_counter()``, for the latency since ``context.arrived``."""
+) -> dict[str, DecisionRecord]:
+    """Each decision's record (``protocol/records.py``'s model, built from values that are
+    the proxy's own: ``model_construct``, nothing validated again), by question id.
+    ``raw``: the probabilities after debiasing, before calibration; ``threshold``: the
+    applied profile's (None: none); ``answered_at``: the answer's time (epoch seconds);
+    ``finished``: its ``time.perf_counter()``, for the latency since ``context.arrived``."""
     at = _utc(answered_at)
     latency_ms = (finished - context.arrived) * 1000.0
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, DecisionRecord] = {}
     for qid, outcome in outcomes.items():
         decision = outcome.decision
         question = decision.question
         calibration = outcome.calibration
-        record: dict[str, Any] = {
+        fields: dict[str, Any] = {
             "record": RECORD,
             "decision_id": ids[qid],
             "request_id": context.request_id,
@@ -232,25 +233,21 @@ def records_of(
             "latency_ms": latency_ms,
         }
         if inputs:
-            record["input"] = _input(context, asked, qid)
-        out[qid] = record
+            fields["input"] = _input(context, asked, qid)
+        out[qid] = DecisionRecord.model_construct(**fields)
     return out
 
 
-def _input(context: Context, asked: Asked, qid: str) -> dict[str, Any]:
+def _input(context: Context, asked: Asked, qid: str) -> DecisionInput:
     """The decision's input, as the operator asked (--decision-records-inputs): the
     conversation (chat), or the state and the question as the prompt showed it."""
     if context.state is None:
-        return {"messages": list(asked.messages)}
+        return DecisionInput.model_construct(messages=list(asked.messages))
     question = asked.questions[qid]
-    return {
-        "state": context.state,
-        "question": {
-            "type": question.kind,
-            "instructions": question.instructions,
-            "options": list(question.shown),
-        },
-    }
+    shown = RecordedQuestion.model_construct(
+        type=question.kind, instructions=question.instructions, options=list(question.shown)
+    )
+    return DecisionInput.model_construct(state=context.state, question=shown)
 
 
 # -- the recorder -------------------------------------------------------------------
@@ -259,7 +256,8 @@ def _input(context: Context, asked: Asked, qid: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Decided:
     """What an answer carries: each question's decision id and, with
-    ``--decision-records answer``, its record (else None)."""
+    ``--decision-records answer``, its record as the answer's JSON carries it
+    (``DecisionRecord.dump``; else None)."""
 
     ids: dict[str, str]
     records: dict[str, dict[str, Any]] | None = None
@@ -333,10 +331,10 @@ class Recorder:
         if self.mode == ANSWER:
             if self._metrics is not None:
                 self._metrics.records_written.inc(len(records))
-            return Decided(ids, records)
+            return Decided(ids, {qid: record.dump() for qid, record in records.items()})
         if self._writer is not None:
             for record in records.values():
-                self._writer.put(record)
+                self._writer.put(record.dump())
         return Decided(ids)
 
     def close(self, timeout_s: float = 5.0) -> None:

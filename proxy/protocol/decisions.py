@@ -44,7 +44,7 @@ from ..decision.question import (
 )
 from ..decision.readout import Decision, choice_confidence, expected_level, score_confidence
 from ..errors import InvalidRequest
-from .answers import DecisionRecord
+from .records import DecisionRecord
 from .wire import Count, Open, Probability
 
 __all__ = [
