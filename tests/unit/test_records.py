@@ -34,7 +34,7 @@ from proxy.decision.readout import Decision, decide
 from proxy.metrics import Metrics
 from proxy.profile_store import DebiasPlan, ProfileStore, apply_profile
 from proxy.protocol.records import DecisionRecord
-from proxy.record_sink import RecordWriter, Relay
+from proxy.record_sink import RecordWriter, Relay, sink_writer
 from proxy.records import (
     ANSWER,
     OFF,
@@ -49,6 +49,7 @@ from proxy.records import (
     request_id,
 )
 from proxy.service import Answered, Asked, DecisionService
+from semif_tools.records import load_records
 from tests.conftest import free_port
 from tests.standin import StandIn
 from tests.unit.test_service import RecordedUpstream
@@ -728,3 +729,29 @@ def test_the_records_made_are_valid_decision_records(inputs):
     it makes still validates against the model, and validating it changes nothing."""
     for record in _records(inputs=inputs).values():
         assert DecisionRecord.model_validate(record).dump() == record
+
+
+@pytest.mark.parametrize("inputs", [False, True])
+def test_the_tools_read_what_the_proxy_writes_through_one_model(tmp_path, inputs):
+    """A record file written by the proxy's recorder (records_of, the sink's writer) is read
+    back by semif_tools through the same ``DecisionRecord``: every field as written."""
+    path = tmp_path / "records.jsonl"
+    write, on_close = sink_writer(str(path))
+    recorder = Recorder(
+        "file", key=KEY, inputs=inputs, writer=RecordWriter(write, 16, on_close=on_close)
+    )
+    answered = Answered()
+    answered.update(OUTCOMES)
+    answered.raw.update(RAW)
+    recorder.decided(CONTEXT, ASKED, answered, "b11434")
+    recorder.close()
+    lines = path.read_bytes().splitlines()
+    read = load_records([path]).records
+    assert [r.decision_id for r in read] == ["r1/a", "r1/b", "r1/c"]
+    for line, record in zip(lines, read, strict=True):
+        assert record.fields == orjson.loads(line)
+        model = DecisionRecord.model_validate_json(line)
+        assert orjson.dumps(model.dump()) == line  # the model gives back the bytes written
+        assert record.options == tuple(model.options)
+        assert record.raw_probabilities == tuple(model.raw_probabilities)
+        assert ("input" in record.fields) is inputs
