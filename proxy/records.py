@@ -310,7 +310,7 @@ class Recorder:
             return Decided(ids)
         profile = answered.profile
         try:
-            records = records_of(
+            made = records_of(
                 context,
                 asked,
                 answered,
@@ -323,6 +323,7 @@ class Recorder:
                 key=self._key,
                 inputs=self._inputs,
             )
+            records = {qid: record.dump() for qid, record in made.items()}
         except Exception:  # noqa: BLE001 - a record's bug must not fail the decision
             log.exception("decision records of request %s could not be made", context.request_id)
             if self._metrics is not None:
@@ -331,10 +332,10 @@ class Recorder:
         if self.mode == ANSWER:
             if self._metrics is not None:
                 self._metrics.records_written.inc(len(records))
-            return Decided(ids, {qid: record.dump() for qid, record in records.items()})
+            return Decided(ids, records)
         if self._writer is not None:
             for record in records.values():
-                self._writer.put(record.dump())
+                self._writer.put(record)
         return Decided(ids)
 
     def close(self, timeout_s: float = 5.0) -> None:
