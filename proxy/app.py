@@ -98,7 +98,7 @@ def _records_ctx(
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         settings = app[SETTINGS]
-        recorder = open_recorder(settings, app[METRICS], relay=to, key=key)
+        recorder = open_recorder(settings, app[METRICS], write_to=to, key=key)
         app[RECORDER] = recorder
         yield
         # after the upstream's cleanup (contexts close in reverse): every answer is made

@@ -14,6 +14,8 @@
     ├── Overloaded                  429     too many decisions in flight and queued (Retry-After)
     ├── InternalError               500     a failure no handler expected (a bug), logged under
     │                                       the request id it carries (X-Request-Id)
+    ├── NotReady                    503     GET /health: llama-server loading or unreachable, or
+    │                                       the self-check still running (Retry-After)
     └── UpstreamError                       llama-server could not give an answer
         ├── UpstreamUnavailable     503     unreachable or still loading (Retry-After)
         ├── UpstreamTimeout         504     no answer within the deadline
@@ -24,10 +26,11 @@ Foreign exceptions (aiohttp, JSON) are translated into these at the module that
 meets them (``upstream.py``, the routes, the middleware); nothing else raises HTTP errors,
 and every route's errors, the metrics' included, are these.
 
-The bodies are built here, as plain data (``openai_error_body``, ``system_one_error``),
-so that ``protocol/`` can raise these without importing aiohttp; the middleware turns
-them into HTTP responses (``render_error``), and ``routes/invocations.py`` a failed jsonlines
-line into its record (``error_record``).
+The bodies are built here, as plain data (``error_reply``: ``openai_error`` or
+``system_one_error`` by the route's API), so that ``protocol/`` can raise these without
+importing aiohttp; the middleware turns them into HTTP responses (``render_error``), and
+``routes/invocations.py`` a failed jsonlines line into its record (``error_record``), both
+after the middleware's ``handled`` has counted the failure.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "AdminOnly",
     "Overloaded",
     "InternalError",
+    "NotReady",
     "UpstreamError",
     "UpstreamUnavailable",
     "UpstreamTimeout",
@@ -54,6 +58,7 @@ __all__ = [
     "UpstreamRejected",
     "ErrorReply",
     "openai_error",
+    "error_reply",
     "openai_error_body",
     "error_record",
     "system_one_error",
@@ -159,8 +164,8 @@ class InternalError(ProxyError):
 class _RetryLater(ProxyError):
     """An answer that tells the client when to try again (``Retry-After``)."""
 
-    def __init__(self, message: str, *, retry_after_s: int = 2):
-        super().__init__(message)
+    def __init__(self, message: str, *, code: str | None = None, retry_after_s: int = 2):
+        super().__init__(message, code=code)
         self.retry_after_s = retry_after_s
 
     def headers(self) -> dict[str, str]:
@@ -171,6 +176,17 @@ class Overloaded(_RetryLater):
     status = 429
     error_type = "rate_limit_error"
     code = "overloaded"
+
+
+class NotReady(_RetryLater):
+    """``GET /health`` before the proxy can answer decisions: ``code`` says why
+    (``upstream_unavailable``: llama-server does not answer or loads its model;
+    ``self_check_running``: the repeatability self-check holds the slots). A readiness
+    answer, not a failure: neither logged nor counted as an upstream error."""
+
+    status = 503
+    error_type = "server_error"
+    code = "not_ready"
 
 
 class UpstreamError(ProxyError):
@@ -254,3 +270,10 @@ def system_one_error(err: ProxyError) -> ErrorReply:
     else:
         detail = err.message
     return ErrorReply(err.status, {"detail": detail}, err.headers())
+
+
+def error_reply(api: str, err: ProxyError) -> ErrorReply:
+    """``err`` as its API answers it: System One's shape on ``"systemone"`` routes, OpenAI's
+    on every other (the proxy's own meta routes included); the one choice of error shape,
+    which the middleware renders into HTTP."""
+    return system_one_error(err) if api == "systemone" else openai_error(err)

@@ -30,8 +30,7 @@ from .errors import (
     Unauthorized,
     UnsupportedEncoding,
     UpstreamError,
-    openai_error,
-    system_one_error,
+    error_reply,
 )
 from .metrics import after_reply, upstream_seconds
 
@@ -168,7 +167,7 @@ def _count_error(app: web.Application, method: str, path: str, err: ProxyError) 
 
 def render_error(api: str, err: ProxyError) -> web.Response:
     """``err`` in its API's error body ("openai" or "systemone"), built by ``errors.py``."""
-    status, body, headers = system_one_error(err) if api == "systemone" else openai_error(err)
+    status, body, headers = error_reply(api, err)
     return web.Response(
         status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
     )

@@ -363,7 +363,7 @@ def _paths() -> dict[str, Schema]:
             "get": _operation(
                 "whether llama-server is ready",
                 _response("ready", _json(_ref("Health"))),
-                {"503": _response("llama-server is not ready", _json(_ref("Health")))},
+                _errors("503", oa),
                 open_route=True,
             )
         },

@@ -22,9 +22,8 @@ Where records go (``proxy/record_sink.py``): a bounded queue (``--decision-recor
 one writer thread per process, so that a stalled stdout or a slow disk never blocks the
 event loop or fails a decision. When the queue is full a record is dropped, counted in
 ``semif_decision_records_dropped_total`` and logged at most once a minute; records
-handed to the sink are counted in ``semif_decision_records_written_total``. With
-``--workers``, the workers send their lines to the parent (``Relay``): one writer for the
-whole proxy, so records of several kilobytes never interleave on one stream.
+handed to the sink are counted in ``semif_decision_records_written_total``. One writer
+for the whole proxy, so records of several kilobytes never interleave on one stream.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ from .decision.outcome import Outcome
 from .decision.prompt import PROMPT_FORMAT_VERSIONS
 from .decision.readout import choice_confidence, score_confidence
 from .metrics import Metrics
+from .protocol.records import RECORD, DecisionInput, DecisionRecord, RecordedQuestion
 from .record_sink import STDOUT, RecordWriter, sink_writer
 from .service import Answered, Asked
 
@@ -71,7 +71,6 @@ __all__ = [
     "open_recorder",
 ]
 
-RECORD = "semif.decision/1"
 OFF, ANSWER = "off", "answer"  # and STDOUT; anything else names a file
 # InvokeEndpoint's InferenceId, should SageMaker pass it on to the container
 SAGEMAKER_INFERENCE_ID = "X-Amzn-SageMaker-Inference-Id"
@@ -189,19 +188,20 @@ def records_of(
     finished: float,
     key: bytes,
     inputs: bool = False,
-) -> dict[str, dict[str, Any]]:
-    """Each decision's record, by question id. ``raw``: the probabilities after
-    debiasing, before calibration; ``threshold``: the applied profile's (None: none);
-    ``answered_at``: the answer's time (epoch seconds); ``finished``: its
-    ``time.perf_counter()``, for the latency since ``context.arrived``."""
+) -> dict[str, DecisionRecord]:
+    """Each decision's record (``protocol/records.py``'s model, built from values that are
+    the proxy's own: ``model_construct``, nothing validated again), by question id.
+    ``raw``: the probabilities after debiasing, before calibration; ``threshold``: the
+    applied profile's (None: none); ``answered_at``: the answer's time (epoch seconds);
+    ``finished``: its ``time.perf_counter()``, for the latency since ``context.arrived``."""
     at = _utc(answered_at)
     latency_ms = (finished - context.arrived) * 1000.0
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, DecisionRecord] = {}
     for qid, outcome in outcomes.items():
         decision = outcome.decision
         question = decision.question
         calibration = outcome.calibration
-        record: dict[str, Any] = {
+        fields: dict[str, Any] = {
             "record": RECORD,
             "decision_id": ids[qid],
             "request_id": context.request_id,
@@ -232,25 +232,21 @@ def records_of(
             "latency_ms": latency_ms,
         }
         if inputs:
-            record["input"] = _input(context, asked, qid)
-        out[qid] = record
+            fields["input"] = _input(context, asked, qid)
+        out[qid] = DecisionRecord.model_construct(**fields)
     return out
 
 
-def _input(context: Context, asked: Asked, qid: str) -> dict[str, Any]:
+def _input(context: Context, asked: Asked, qid: str) -> DecisionInput:
     """The decision's input, as the operator asked (--decision-records-inputs): the
     conversation (chat), or the state and the question as the prompt showed it."""
     if context.state is None:
-        return {"messages": list(asked.messages)}
+        return DecisionInput.model_construct(messages=list(asked.messages))
     question = asked.questions[qid]
-    return {
-        "state": context.state,
-        "question": {
-            "type": question.kind,
-            "instructions": question.instructions,
-            "options": list(question.shown),
-        },
-    }
+    shown = RecordedQuestion.model_construct(
+        type=question.kind, instructions=question.instructions, options=list(question.shown)
+    )
+    return DecisionInput.model_construct(state=context.state, question=shown)
 
 
 # -- the recorder -------------------------------------------------------------------
@@ -259,7 +255,8 @@ def _input(context: Context, asked: Asked, qid: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Decided:
     """What an answer carries: each question's decision id and, with
-    ``--decision-records answer``, its record (else None)."""
+    ``--decision-records answer``, its record as the answer's JSON carries it
+    (``DecisionRecord.dump``; else None)."""
 
     ids: dict[str, str]
     records: dict[str, dict[str, Any]] | None = None
@@ -312,7 +309,7 @@ class Recorder:
             return Decided(ids)
         profile = answered.profile
         try:
-            records = records_of(
+            made = records_of(
                 context,
                 asked,
                 answered,
@@ -325,6 +322,7 @@ class Recorder:
                 key=self._key,
                 inputs=self._inputs,
             )
+            records = {qid: record.dump() for qid, record in made.items()}
         except Exception:  # noqa: BLE001 - a record's bug must not fail the decision
             log.exception("decision records of request %s could not be made", context.request_id)
             if self._metrics is not None:
@@ -348,19 +346,19 @@ def open_recorder(
     settings: Settings,
     metrics: Metrics | None,
     *,
-    relay: Callable[[bytes], None] | None = None,
+    write_to: Callable[[bytes], None] | None = None,
     key: bytes | None = None,
 ) -> Recorder:
-    """The recorder ``settings`` ask for. ``relay``: where a worker's lines go (the
-    parent's ``Relay``, with ``--workers``) instead of the sink itself; ``key``: the
-    parent's key (every worker hashes with the same one)."""
+    """The recorder ``settings`` ask for. ``write_to``: where the lines go instead of the
+    sink ``settings`` name (tests: a sink that stalls); ``key``: the prompt hashes' key
+    instead of the one ``settings`` give."""
     mode = settings.decision_records
     if mode == OFF:
         return Recorder(OFF)
     secret = key if key is not None else record_key(settings)
     writer = None
     if mode != ANSWER:
-        write, on_close = (relay, None) if relay is not None else sink_writer(mode)
+        write, on_close = (write_to, None) if write_to is not None else sink_writer(mode)
         writer = RecordWriter(write, settings.decision_records_buffer, metrics, on_close=on_close)
     return Recorder(
         mode, key=secret, inputs=settings.decision_records_inputs, writer=writer, metrics=metrics

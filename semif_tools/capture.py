@@ -47,6 +47,8 @@ from typing import Any
 
 import orjson
 
+from proxy.protocol.records import RECORD
+
 from .files import data_files
 
 __all__ = [
@@ -61,7 +63,6 @@ __all__ = [
     "read_capture",
 ]
 
-RECORD = "semif.decision/1"  # the records this reads (the "record" field)
 JSONLINES = frozenset({"application/jsonlines", "application/jsonl", "application/x-jsonlines"})
 EVENT_STREAM = "text/event-stream"
 SHOWN = 20  # skipped lines named on stderr, at most

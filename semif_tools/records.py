@@ -1,10 +1,11 @@
 """Decision records and their outcomes, read back offline (the outcomes: ``outcomes.py``).
 
-A record file is JSON lines, one ``semif.decision/1`` object per decision, as the proxy writes
-them (``--decision-records``) or as ``records-from-capture`` reads them out of SageMaker Data
-Capture (each with a ``capture`` object of the capture's ids beside its fields). An outcomes
-file is JSON lines in SageMaker Model Monitor's ground-truth shape (AWS's "Ingest Ground Truth
-labels and merge them with predictions",
+A record file is JSON lines, one ``semif.decision/1`` object per decision (``DecisionRecord``,
+proxy/protocol/records.py: the model the proxy writes with is the one read here), as the
+proxy writes them (``--decision-records``) or as ``records-from-capture`` reads them out of
+SageMaker Data Capture (each with a ``capture`` object of the capture's ids beside its
+fields). An outcomes file is JSON lines in SageMaker Model Monitor's ground-truth shape
+(AWS's "Ingest Ground Truth labels and merge them with predictions",
 https://docs.aws.amazon.com/sagemaker/latest/dg/model-monitor-model-quality-merge.html)::
 
     {"groundTruthData": {"data": "billing", "encoding": "CSV"},
@@ -36,12 +37,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
+
+from proxy.protocol.records import RECORD, DecisionRecord
 
 from .files import data_files
 
@@ -61,7 +65,7 @@ __all__ = [
     "group_key",
 ]
 
-RECORD_FORMAT = "semif.decision/1"
+RECORD_FORMAT = RECORD  # the proxy's, proxy/protocol/records.py
 # what produced a record's raw probabilities: records that differ in one of these are not one
 # population (a fit refuses or groups them; debias too, since raw means "after debiasing")
 AGREED = ("model", "llama_build", "prompt_format_version", "layout", "read_scheme", "debias")
@@ -118,29 +122,7 @@ def json_lines(paths: Iterable[Path | str]) -> Iterator[tuple[str, Any]]:
                     raise RecordError(f"{source}: not JSON: {exc}") from exc
 
 
-def _numbers(value: Any, what: str, n: int) -> tuple[float, ...]:
-    if not isinstance(value, list) or len(value) != n:
-        raise ValueError(f"{what} must be a list of {n} numbers (one per option)")
-    out = []
-    for x in value:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise ValueError(f"{what} must hold finite numbers, got {x!r}")
-        out.append(float(x))
-    return tuple(out)
-
-
-def _optional_number(data: dict[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{key} must be a number or null, got {value!r}")
-    return float(value)
-
-
-def _time(value: Any) -> dt.datetime:
-    if not isinstance(value, str):
-        raise ValueError(f"time must be an ISO 8601 string, got {value!r}")
+def _time(value: str) -> dt.datetime:
     try:
         when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
@@ -150,11 +132,29 @@ def _time(value: Any) -> dt.datetime:
     return when.astimezone(dt.UTC)
 
 
-def _text(data: dict[str, Any], key: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{key} must be a non-empty string, got {value!r}")
-    return value
+def _refusal(exc: ValidationError) -> str:
+    """The first thing the model refused, named by its field: ``options.2: ...``."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the record"
+    if first["type"] == "missing":
+        return f"{where} is missing"
+    return f"{where}: {first['msg']} (got {first['input']!r})"
+
+
+def _decision_record(data: dict[str, Any]) -> DecisionRecord:
+    """``data`` validated by the proxy's own model of the record (strictly: a number is
+    a number, not a string or a boolean); the probabilities one per option."""
+    if data.get("record") != RECORD_FORMAT:
+        raise ValueError(f'"record" must be {RECORD_FORMAT!r}, got {data.get("record")!r}')
+    try:
+        record = DecisionRecord.model_validate(data, strict=True)
+    except ValidationError as exc:
+        raise ValueError(_refusal(exc)) from exc
+    n = len(record.options)
+    for name in ("raw_probabilities", "probabilities"):
+        if len(getattr(record, name)) != n:
+            raise ValueError(f"{name} must be a list of {n} numbers (one per option)")
+    return record
 
 
 def join_keys(decision_id: str, capture: Any = None) -> tuple[str, ...]:
@@ -175,32 +175,29 @@ def join_keys(decision_id: str, capture: Any = None) -> tuple[str, ...]:
 
 
 def parse_record(data: Any, source: str = "<record>") -> Record:
+    """One record read through ``DecisionRecord`` (proxy/protocol/records.py, the model the
+    proxy writes with); a record it refuses is a ``RecordError`` naming ``source`` and the
+    field."""
     try:
         if not isinstance(data, dict):
             raise ValueError("each line must be a JSON object")
-        if data.get("record") != RECORD_FORMAT:
-            raise ValueError(f'"record" must be {RECORD_FORMAT!r}, got {data.get("record")!r}')
-        options = data.get("options")
-        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
-            raise ValueError("options must be a list of option names")
-        n = len(options)
+        record = _decision_record(data)
         agreed = tuple(None if data.get(k) is None else str(data.get(k)) for k in AGREED)
-        decision_id = _text(data, "decision_id")
         return Record(
             source,
-            decision_id,
-            _time(data.get("time")),
-            _text(data, "api"),
-            _text(data, "question_type"),
-            tuple(options),
-            _numbers(data.get("raw_probabilities"), "raw_probabilities", n),
-            _numbers(data.get("probabilities"), "probabilities", n),
-            _optional_number(data, "confidence") or 0.0,
-            _optional_number(data, "label_mass"),
-            data.get("route"),
-            _optional_number(data, "threshold"),
+            record.decision_id,
+            _time(record.time),
+            record.api,
+            record.question_type,
+            tuple(record.options),
+            tuple(record.raw_probabilities),
+            tuple(record.probabilities),
+            record.confidence,
+            record.label_mass,
+            record.route,
+            record.threshold,
             agreed,
-            join_keys(decision_id, data.get("capture")),
+            join_keys(record.decision_id, data.get("capture")),
             data,
         )
     except ValueError as exc:

@@ -13,16 +13,8 @@ from pydantic import Field
 from ..decision.outcome import Outcome
 from ..decision.prompt import PROMPT_FORMAT_VERSIONS
 from ..decision.readout import system_one_answer
-from .answers import (
-    Calibrated,
-    ChoiceAnswer,
-    DebiasMethod,
-    DecisionRecord,
-    NoulAnswer,
-    Route,
-    RouteReason,
-    ScoreAnswer,
-)
+from .answers import Calibrated, ChoiceAnswer, NoulAnswer, ScoreAnswer
+from .records import DebiasMethod, DecisionRecord, Route, RouteReason
 from .wire import Count, Layout, Open, Probability, PromptFormat
 
 __all__ = [

@@ -27,7 +27,10 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from ..decision.outcome import Outcome
 from ..decision.question import (
@@ -44,7 +47,7 @@ from ..decision.question import (
 )
 from ..decision.readout import Decision, choice_confidence, expected_level, score_confidence
 from ..errors import InvalidRequest
-from .answers import DecisionRecord
+from .records import DecisionRecord
 from .wire import Count, Open, Probability
 
 __all__ = [
@@ -86,10 +89,19 @@ class _InputText(_QuestionText):
 
 
 class _Image(_Strict):
-    """Refused (400): this server reads text only."""
+    """Refused (400) by the model itself, and allowed by none of the document's schemas
+    (``SkipJsonSchema``): this server reads text only. The part is recognised so that the
+    refusal says so."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     type: Literal["input_image"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse(cls, data: Any) -> Any:
+        raise PydanticCustomError(
+            "text_only", "images are not supported: this server reads text only"
+        )
 
 
 class _Json(_Strict):
@@ -121,15 +133,23 @@ _TEXT_OR_LIST = Discriminator(
     custom_error_message="must be a string or a list of parts",
 )
 _Text = Annotated[str, Tag("text")]
-_UserPart = Annotated[_InputText | _Image | _Json, Field(discriminator="type")]
+# text that is not only white space (``_NOT_BLANK``'s refusal reads "must not be empty")
+_NOT_BLANK = r"[^\s\x1c-\x1f]"  # Python's white space (str.isspace) included
+_NonBlank = Annotated[str, Field(pattern=_NOT_BLANK)]
+_NoImage = SkipJsonSchema[_Image]
+_UserPart = Annotated[_InputText | _NoImage | _Json, Field(discriminator="type")]
 _AssistantPart = Annotated[_OutputText | _Refusal, Field(discriminator="type")]
-_OutputPart = Annotated[_InputText | _Image, Field(discriminator="type")]
-_InstructionPart = Annotated[_QuestionText | _Image | _Json, Field(discriminator="type")]
+_OutputPart = Annotated[_InputText | _NoImage, Field(discriminator="type")]
+_InstructionPart = Annotated[_QuestionText | _NoImage | _Json, Field(discriminator="type")]
 _UserContent = Annotated[_Text | Annotated[list[_UserPart], Tag("list")], _TEXT_OR_LIST]
 _TextContent = Annotated[_Text | Annotated[list[_InputText], Tag("list")], _TEXT_OR_LIST]
 _AssistantContent = Annotated[_Text | Annotated[list[_AssistantPart], Tag("list")], _TEXT_OR_LIST]
 _OutputContent = Annotated[_Text | Annotated[list[_OutputPart], Tag("list")], _TEXT_OR_LIST]
-_Instructions = Annotated[_Text | Annotated[list[_InstructionPart], Tag("list")], _TEXT_OR_LIST]
+_Instructions = Annotated[
+    Annotated[_NonBlank, Tag("text")]
+    | Annotated[list[_InstructionPart], Field(min_length=1), Tag("list")],
+    _TEXT_OR_LIST,
+]
 
 
 class _Message(_Strict):
@@ -232,7 +252,7 @@ class _DecisionsPredicate(_Question):
 
 
 class _ChoiceOption(_Strict):
-    value: str | bool  # typed: "true" and true are different values
+    value: _NonBlank | bool  # typed: "true" and true are different values
     description: str | None = None
 
 
@@ -245,7 +265,7 @@ class _DecisionsChoice(_Question):
 
 
 class _Level(_Strict):
-    label: str
+    label: _NonBlank
     description: str | None = None
 
 
@@ -266,7 +286,9 @@ class DecisionsRequest(_Strict):
     """The openai SDK's ``decision_create_params``."""
 
     model: str
-    input: Annotated[_Text | Annotated[list[_Item], Tag("list")], _TEXT_OR_LIST]
+    input: Annotated[
+        _Text | Annotated[list[_Item], Field(min_length=1), Tag("list")], _TEXT_OR_LIST
+    ]
     questions: Annotated[
         list[Annotated[_Asked, Field(discriminator="type")]],
         Field(min_length=1, max_length=MAX_QUESTIONS),
@@ -303,7 +325,13 @@ def parse_request(body: dict[str, Any]) -> DecisionsCall:
     except ValidationError as exc:
         first = exc.errors()[0]
         param = _param(body, first["loc"], keep_last=first["type"] == "missing")
-        raise InvalidRequest(f"{param or 'body'}: {first['msg']}", param=param or None) from exc
+        message = first["msg"]
+        if (
+            first["type"] == "string_pattern_mismatch"
+            and first.get("ctx", {}).get("pattern") == _NOT_BLANK
+        ):
+            message = "must not be empty"
+        raise InvalidRequest(f"{param or 'body'}: {message}", param=param or None) from exc
     state_text = _state_text(request.input)
     asked = tuple(_ask(q, ("questions", i)) for i, q in enumerate(request.questions))
     return DecisionsCall(request.model, state_text, asked)
@@ -334,8 +362,6 @@ def _state_text(value: str | list[Any]) -> str:
     """The input as the model reads it: a string as it is, items one per line."""
     if isinstance(value, str):
         return value
-    if not value:
-        raise _refused("input must be a string or a non-empty list of items", ("input",))
     calls: dict[str, set[str]] = {"function_call": set(), "custom_tool_call": set()}
     return "\n".join(_item_text(item, ("input", i), calls) for i, item in enumerate(value))
 
@@ -366,8 +392,7 @@ def _part_text(
     part: _InputText | _QuestionText | _Image | _Json | _OutputText | _Refusal,
     loc: tuple[str | int, ...],
 ) -> str:
-    if isinstance(part, _Image):
-        raise _refused("images are not supported: this server reads text only", loc)
+    assert not isinstance(part, _Image)  # _Image's own validator refuses every image
     if isinstance(part, _Json):
         _check_json(part.data, (*loc, "data"))
         return as_text(part.data)
@@ -412,9 +437,6 @@ def _build(q: _Asked, loc: tuple[str | int, ...], instructions: str) -> AskedQue
         options = _choice_options(q.choices, (*loc, "choices"))
         question = choice_question(options, loc=(*loc, "choices"), instructions=instructions)
         return AskedQuestion(q.name, question, tuple(c.value for c in q.choices))
-    for j, level in enumerate(q.levels):
-        if not level.label.strip():
-            raise _refused("a level label must not be empty", (*loc, "levels", j, "label"))
     shown = [_with_description(level.label, level.description) for level in q.levels]
     question = score_question(shown, loc=(*loc, "levels"), instructions=instructions)
     return AskedQuestion(q.name, question, tuple(level.label for level in q.levels))

@@ -59,9 +59,10 @@ class ModelList(Open):
 
 
 class Health(Open):
-    status: Literal["ok", "upstream unavailable", "checking"] = Field(
-        description="checking: the repeatability self-check runs before the proxy is ready"
-    )
+    """Ready; not ready is a 503 in OpenAI's error shape (``NotReady``: code
+    ``upstream_unavailable`` or ``self_check_running``)."""
+
+    status: Literal["ok"]
 
 
 class Alive(Open):

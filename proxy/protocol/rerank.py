@@ -35,7 +35,8 @@ from ..decision.prompt import (
 )
 from ..decision.question import MAX_OPTIONS, Question, choice_question, noul_question
 from ..errors import InvalidRequest
-from .answers import Calibrated, DecisionRecord
+from .answers import Calibrated
+from .records import DecisionRecord
 from .wire import Count, Open, Probability
 
 __all__ = [

@@ -33,16 +33,8 @@ from ..decision.question import (
 )
 from ..decision.readout import system_one_answer
 from ..errors import Unprocessable
-from .answers import (
-    Calibrated,
-    ChoiceAnswer,
-    DebiasMethod,
-    DecisionRecord,
-    NoulAnswer,
-    Route,
-    RouteReason,
-    ScoreAnswer,
-)
+from .answers import Calibrated, ChoiceAnswer, NoulAnswer, ScoreAnswer
+from .records import DebiasMethod, DecisionRecord, Route, RouteReason
 from .wire import (
     ChoiceOptions,
     Count,

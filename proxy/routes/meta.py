@@ -7,7 +7,7 @@ import datetime as dt
 from aiohttp import web
 
 from ..app_keys import METRICS, MODELS, UPSTREAM
-from ..errors import NotFound, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from ..errors import NotFound, NotReady, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from ..metrics import CONTENT_TYPE
 from ..served import UnknownModel
 from .common import json_response
@@ -22,11 +22,21 @@ async def livez(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    """200 when llama-server is ready to answer and the proxy's repeatability self-check
-    has settled; 503 otherwise (the proxy itself is up: ``/livez``)."""
+    """200 ``{"status": "ok"}`` when llama-server is ready to answer and the proxy's
+    repeatability self-check has settled; otherwise 503 ``NotReady`` in OpenAI's error
+    shape, rendered like every route's errors (the proxy itself is up: ``/livez``)."""
     state = await _readiness(request.app)
-    status = {"ok": "ok", "loading": "upstream unavailable", "checking": "checking"}[state]
-    return json_response({"status": status}, 200 if state == "ok" else 503)
+    if state == "loading":
+        raise NotReady(
+            "llama-server is not ready: unreachable or loading its model",
+            code="upstream_unavailable",
+        )
+    if state == "checking":
+        raise NotReady(
+            "the repeatability self-check is running; decisions wait until it settles",
+            code="self_check_running",
+        )
+    return json_response({"status": "ok"})
 
 
 async def ping(request: web.Request) -> web.Response:

@@ -19,12 +19,14 @@ DECISION = {
 
 
 def ready(url: str, timeout_s: float = 300) -> list[str]:
-    """Poll ``/health`` until 200; every status seen on the way, in order, deduplicated."""
+    """Poll ``/health`` until 200; every status seen on the way (a 503's error code), in
+    order, deduplicated."""
     seen: list[str] = []
     deadline = time.monotonic() + timeout_s
     while True:
         resp = httpx.get(url + "/health", timeout=30)
-        status = resp.json()["status"]
+        body = resp.json()
+        status = body["status"] if resp.status_code == 200 else body["error"]["code"]
         if not seen or seen[-1] != status:
             seen.append(status)
         if resp.status_code == 200:
@@ -46,7 +48,7 @@ def test_ready_only_once_the_check_has_settled_and_a_second_start_keeps_its_verd
     proc, url, log = launch_proxy(logs_dir, llama.url, env=env)
     try:
         seen = ready(url)
-        assert set(seen) <= {"checking", "ok"} and seen[-1] == "ok"
+        assert set(seen) <= {"self_check_running", "ok"} and seen[-1] == "ok"
         [check] = checks(url)  # ready means settled: no decision waits for the check
         assert check["repeatable"] is True, check
         assert "kept" not in check["detail"]

@@ -1,5 +1,7 @@
 """The OpenAI Decisions API shape: parsing, validation and the response body."""
 
+import re
+
 import pytest
 from openai.types import Decision as SdkDecision
 from openai.types.decision import (
@@ -295,7 +297,7 @@ def test_questions_keep_their_order_and_positions():
         ),
         (
             _body(questions=[{**CHOICE, "choices": [{"value": "a"}, {"value": " "}]}]),
-            "questions.0.choices.1",
+            "questions.0.choices.1.value",
         ),
         (
             _body(questions=[{**CHOICE, "choices": [{"value": "a"}, {"value": "a"}]}]),
@@ -440,3 +442,42 @@ def test_response_body_has_the_sdk_decision_shape():
     ]
     for part, sdk_type in shapes:
         assert set(part) == set(sdk_type.model_fields)
+
+
+SCORE_BLANK_LABEL = {
+    "model": "jev-latest",
+    "input": "x",
+    "questions": [
+        {
+            "type": "score",
+            "instructions": "How urgent?",
+            "levels": [{"label": "low"}, {"label": " "}],
+        }
+    ],
+}
+
+
+async def test_a_rule_the_model_alone_declares_is_the_documents_and_the_routes():
+    """A blank level label is refused by ``DecisionsRequest`` alone (no hand check is left):
+    the published schema says so with the same pattern, and the route answers the model's
+    refusal, naming the field."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from proxy.app import create_app
+    from proxy.config import Settings
+    from proxy.openapi import openapi_document
+    from proxy.protocol.decisions import DecisionsRequest
+
+    label = DecisionsRequest.model_json_schema()["$defs"]["_Level"]["properties"]["label"]
+    schemas = openapi_document()["components"]["schemas"]
+    assert [s["properties"]["label"] for s in schemas.values() if s.get("title") == "_Level"] == [
+        label
+    ]
+    settings = Settings(upstream_url="http://127.0.0.1:9")
+    async with TestClient(TestServer(create_app(settings))) as client:
+        resp = await client.post("/v1/decisions", json=SCORE_BLANK_LABEL)
+        assert resp.status == 400
+        error = (await resp.json())["error"]
+    assert error["param"] == "questions.0.levels.1.label"
+    assert error["message"] == "questions.0.levels.1.label: must not be empty"
+    assert not re.search(label["pattern"], " \x1c")

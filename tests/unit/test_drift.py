@@ -37,8 +37,8 @@ def _record(i, when, mass):
         "api": "decisions",
         "model": "m.gguf",
         "llama_build": "b1",
-        "prompt_format_version": "semif-7",
-        "layout": "system-user",
+        "prompt_format_version": "semif-3",
+        "layout": "conversation_first",
         "read_scheme": "prefix-63",
         "prompt_tokens": 50,
         "prompt_hash": None,
@@ -129,7 +129,7 @@ def test_a_profile_is_applied_and_its_fit_is_the_reference(tmp_path):
     profile = Profile(
         name="p",
         model="m.gguf",
-        prompt_format_version="semif-7",
+        prompt_format_version="semif-3",
         created="2026-12-01T00:00:00Z",  # the first window starts then
         data_sha256="0",
         calibration={"choice": KindCalibration("temperature", {"temperature": 2.0})},
@@ -155,10 +155,10 @@ def test_a_profile_is_applied_and_its_fit_is_the_reference(tmp_path):
     assert first.psi_label_mass == 0.0 and second.psi_label_mass > 18
     drift = _table(
         *_synthetic(tmp_path),
-        profile=replace(profile, prompt_format_version="semif-8", created="2026-12-01T08:00:00Z"),
+        profile=replace(profile, prompt_format_version="semif-1", created="2026-12-01T08:00:00Z"),
     )
     assert drift.notes[0] == (
-        "220 of 220 decisions have another prompt_format_version than profile p's 'semif-8'"
+        "220 of 220 decisions have another prompt_format_version than profile p's 'semif-1'"
     )
     assert drift.notes[1].startswith("windows marked * start before profile p was created")
     assert [w.before_profile for w in drift.windows] == [True, False]

@@ -41,9 +41,9 @@ from proxy.errors import (
 )
 from proxy.openapi import REQUESTS, RESPONSES, openapi_document
 from proxy.protocol import chat, decisions, rerank, systemone
-from proxy.protocol.answers import RouteReason
 from proxy.protocol.error_bodies import DetailError, ErrorRecord, OpenAIError, ValidationError
 from proxy.protocol.meta import Alive, ExecutionParameters, Health, ModelList, ModelObject
+from proxy.protocol.records import RouteReason
 from proxy.protocol.semif import (
     SemifSpec,
     parse_semif,
@@ -488,7 +488,7 @@ def _with_records(outcomes, api, *, question_ids=True, inputs=True):
         key=b"k" * 16,
         inputs=inputs,
     )
-    return ids, records
+    return ids, {qid: record.dump() for qid, record in records.items()}
 
 
 @pytest.mark.parametrize("outcome", OUTCOMES)

@@ -24,19 +24,37 @@ HASH = "hmac-sha256:" + "ab" * 32
 
 
 def record(decision_id, options=("billing", "shipping"), capture=None, **over):
-    """A record as the proxy writes it (these fields are the ones the tools read)."""
+    """A record as the proxy writes it (``over``: the fields a test is about)."""
     n = len(options)
     data = {
         "record": "semif.decision/1",
         "decision_id": decision_id,
+        "request_id": decision_id.partition("/")[0],
+        "question_id": None,
         "time": "2026-12-03T10:11:12.345Z",
         "api": "system_one",
+        "model": "m.gguf",
+        "llama_build": "b1",
+        "prompt_format_version": "semif-3",
+        "layout": "conversation_first",
+        "read_scheme": "segment",
+        "prompt_tokens": 12,
+        "prompt_hash": HASH,
         "question_type": "choice",
         "options": list(options),
         "raw_probabilities": [1 / n] * n,
         "probabilities": [1 / n] * n,
+        "choice": options[0],
         "confidence": 0.0,
-        "prompt_hash": HASH,
+        "label_mass": 1.0,
+        "profile": None,
+        "calibration_method": None,
+        "threshold": None,
+        "route": None,
+        "route_reason": None,
+        "debias": None,
+        "repeatable": None,
+        "latency_ms": 1.0,
         **over,
     }
     if capture is not None:

@@ -33,7 +33,8 @@ from proxy.decision.question import choice_question, noul_question, score_questi
 from proxy.decision.readout import Decision, decide
 from proxy.metrics import Metrics
 from proxy.profile_store import DebiasPlan, ProfileStore, apply_profile
-from proxy.record_sink import RecordWriter
+from proxy.protocol.records import DecisionRecord
+from proxy.record_sink import RecordWriter, sink_writer
 from proxy.records import (
     ANSWER,
     OFF,
@@ -48,6 +49,7 @@ from proxy.records import (
     request_id,
 )
 from proxy.service import Answered, Asked, DecisionService
+from semif_tools.records import load_records
 from tests.conftest import free_port
 from tests.standin import StandIn
 from tests.unit.test_service import RecordedUpstream
@@ -234,7 +236,8 @@ def _records(**kw):
         "key": KEY,
     }
     args.update(kw)
-    return records_of(CONTEXT, ASKED, OUTCOMES, RAW, IDS, **args)
+    made = records_of(CONTEXT, ASKED, OUTCOMES, RAW, IDS, **args)
+    return {qid: record.dump() for qid, record in made.items()}
 
 
 def test_the_record_holds_exactly_the_documented_fields():
@@ -299,7 +302,7 @@ def test_floats_are_written_as_the_shortest_repr_that_round_trips():
         answered_at=0.0,
         finished=100.0,
         key=KEY,
-    )["a"]
+    )["a"].dump()
     line = orjson.dumps(record)
     assert b'"raw_probabilities":[0.3333333333333333,0.6666666666666667]' in line
     assert orjson.loads(line)["probabilities"] == [third, 1 - third]
@@ -329,7 +332,7 @@ def test_inputs_are_absent_unless_asked():
         finished=100.0,
         key=KEY,
         inputs=True,
-    )["0"]
+    )["0"].dump()
     assert record["input"] == {"messages": messages}
     assert record["question_id"] is None and record["decision_id"] == "r2"
 
@@ -665,3 +668,37 @@ def test_a_record_that_cannot_be_made_drops_it_counted_not_the_decision(caplog):
     assert decided == type(decided)(IDS)
     assert _sample(metrics, "semif_decision_records_dropped_total") == 3
     assert "could not be made" in caplog.text
+
+
+@pytest.mark.parametrize("inputs", [False, True])
+def test_the_records_made_are_valid_decision_records(inputs):
+    """``records_of`` builds with ``model_construct`` (its values are the proxy's own): what
+    it makes still validates against the model, and validating it changes nothing."""
+    for record in _records(inputs=inputs).values():
+        assert DecisionRecord.model_validate(record).dump() == record
+
+
+@pytest.mark.parametrize("inputs", [False, True])
+def test_the_tools_read_what_the_proxy_writes_through_one_model(tmp_path, inputs):
+    """A record file written by the proxy's recorder (records_of, the sink's writer) is read
+    back by semif_tools through the same ``DecisionRecord``: every field as written."""
+    path = tmp_path / "records.jsonl"
+    write, on_close = sink_writer(str(path))
+    recorder = Recorder(
+        "file", key=KEY, inputs=inputs, writer=RecordWriter(write, 16, on_close=on_close)
+    )
+    answered = Answered()
+    answered.update(OUTCOMES)
+    answered.raw.update(RAW)
+    recorder.decided(CONTEXT, ASKED, answered, "b11434")
+    recorder.close()
+    lines = path.read_bytes().splitlines()
+    read = load_records([path]).records
+    assert [r.decision_id for r in read] == ["r1/a", "r1/b", "r1/c"]
+    for line, record in zip(lines, read, strict=True):
+        assert record.fields == orjson.loads(line)
+        model = DecisionRecord.model_validate_json(line)
+        assert orjson.dumps(model.dump()) == line  # the model gives back the bytes written
+        assert record.options == tuple(model.options)
+        assert record.raw_probabilities == tuple(model.raw_probabilities)
+        assert ("input" in record.fields) is inputs

@@ -18,7 +18,7 @@ from semif_tools.capture import read_capture
 from semif_tools.outcomes import gold_index, join, load_outcomes, parse_outcome
 from semif_tools.records import RecordError, disagreement, load_records, parse_record
 
-MODEL, BUILD, FORMAT, SCHEME = "smollm2-135m.gguf", "b11434", "semif-7", "prefix-63"
+MODEL, BUILD, FORMAT, SCHEME = "smollm2-135m.gguf", "b11434", "semif-3", "prefix-63"
 CREATED = "2026-12-03T10:00:00Z"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +78,7 @@ def _record(decision_id, reading, *, time="2026-12-03T10:11:12.345Z", **over):
         "model": MODEL,
         "llama_build": BUILD,
         "prompt_format_version": FORMAT,
-        "layout": "system-user",
+        "layout": "conversation_first",
         "read_scheme": SCHEME,
         "prompt_tokens": 120,
         "prompt_hash": "hmac-sha256:" + "0" * 64,
@@ -243,8 +243,8 @@ def test_retried_records_in_a_synced_folder_fit_the_same_profile(tmp_path, capsy
             "the records differ in llama_build: 'b11434' (58 records), 'b11500' (2 records)",
         ),
         (
-            {"prompt_format_version": "semif-8", "read_scheme": "segment"},
-            "the records differ in prompt_format_version: 'semif-7' (58 records), 'semif-8' "
+            {"prompt_format_version": "semif-1", "read_scheme": "segment"},
+            "the records differ in prompt_format_version: 'semif-3' (58 records), 'semif-1' "
             "(2 records); read_scheme: 'prefix-63' (58 records), 'segment' (2 records)",
         ),
     ],
@@ -315,7 +315,7 @@ def test_lines_are_checked_with_their_place(tmp_path):
     ],
 )
 def test_an_outcome_names_an_option(kind, label, encoding, gold):
-    reading = Reading(kind, (0.2, 0.8) if kind == "noul" else (0.2, 0.5, 0.3), 0, None, None)
+    reading = Reading(kind, (0.2, 0.8) if kind == "noul" else (0.2, 0.5, 0.3), 0, FORMAT, 1, 1.0)
     record = parse_record(_record("d", reading))
     assert gold_index(record, parse_outcome(_outcome("d", label, encoding)).label) == gold
 

@@ -117,3 +117,20 @@ def test_the_records_hash_is_compared_as_recorded():
     the deployment shares one key file they are two decisions to the load (left out)."""
     loaded = unique_records(_parsed([("a", {"prompt_hash": HASH}), ("a", {"prompt_hash": OTHER})]))
     assert (loaded.records, loaded.conflicting_ids) == ([], ["a"])
+
+
+def test_records_an_older_proxy_wrote_in_other_words_still_load(tmp_path):
+    """The wording version and the route's reason are open strings to the reader: a file
+    written before a rewording (another prompt format, a reason in a sentence) still loads;
+    what the record means (types, probabilities per option) is still checked."""
+    old = {"prompt_format_version": "semif-0", "route": "review"}
+    old["route_reason"] = "label mass 0.21 is below the floor 0.3"
+    path = _write(tmp_path / "old.jsonl", ["r-1"], **old)
+    (loaded,) = load_records([path]).records
+    assert (loaded.fields["prompt_format_version"], loaded.fields["route_reason"]) == (
+        "semif-0",
+        old["route_reason"],
+    )
+    _write(path, ["r-1"], **old, label_mass="high")
+    with pytest.raises(ValueError, match="label_mass"):
+        load_records([path])
