@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import math
 import time
 from collections.abc import AsyncIterator
@@ -39,17 +38,15 @@ from dataclasses import dataclass
 
 from .deadlines import Deadline
 from .errors import InvalidRequest, Overloaded, UpstreamTimeout
+from .facts import Facts
 
 __all__ = [
     "Admission",
     "Work",
-    "estimate_holder",
-    "tokens_evaluated",
     "estimated_finish_s",
     "finish_s",
     "turns_s",
     "server_timing",
-    "slot_waited",
     "smoothed",
 ]
 
@@ -114,23 +111,6 @@ def turns_s(work_s: float, ahead: list[float], slots: int) -> float:
     return sum(sum(jobs[first : first + step]) for first in range(0, len(jobs), step))
 
 
-# Seconds the current admitted decision spent waiting for a llama-server slot (proxy/kv.py):
-# not part of how long a decision takes to serve, which the estimate divides by the slots.
-_slot_waits: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
-    "semif_slot_waits", default=None
-)
-
-# The estimate the current request was admitted with, for its Server-Timing header
-# (proxy/middleware.py): [Work, finish seconds], empty when none was made.
-_estimate: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "semif_estimate", default=None
-)
-
-# Prompt tokens evaluated so far for the current admitted decision (``tokens_evaluated``).
-_evaluated: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "semif_evaluated", default=None
-)
-
 _SMOOTHING = 0.2  # weight of the newest decision in the moving average of decision time
 _HEADROOM = 0.8  # admit only what the estimate finishes within this share of the deadline
 
@@ -149,32 +129,17 @@ def estimated_finish_s(queued: int, active: int, parallel: int, decision_s: floa
     return math.ceil((waiting + 1) / parallel) * decision_s + decision_s
 
 
-def estimate_holder() -> list:
-    """Start recording the admission estimate of the current request: the list returned
-    holds ``[Work, finish_s]`` once a decision was admitted with one."""
-    holder: list = []
-    _estimate.set(holder)
-    return holder
-
-
-def server_timing(holder: list) -> str | None:
-    """The ``Server-Timing`` header value that reports an admission estimate (RFC-less but
-    W3C Server Timing's syntax), or None when there was none."""
-    if not holder:
+def server_timing(estimate: tuple[Work, float] | None) -> str | None:
+    """The ``Server-Timing`` header value that reports an admission estimate (``Facts.
+    estimate``: the work and the seconds until the answer; RFC-less but W3C Server
+    Timing's syntax), or None when there was none."""
+    if estimate is None:
         return None
-    work, finish = holder
+    work, finish = estimate
     return (
         f'semif-estimate;dur={finish * 1000:.0f};desc="{work.tokens} prompt tokens, '
         f'{work.seconds:.3f} s idle"'
     )
-
-
-def tokens_evaluated(tokens: int) -> None:
-    """Count ``tokens`` prompt tokens as evaluated for the current admitted decision (a
-    step of its reads came back): how far it is, for the estimates of those after it."""
-    done = _evaluated.get()
-    if done is not None:
-        done[0] += tokens
 
 
 def _undone(work: Work, evaluated: int) -> float:
@@ -184,13 +149,6 @@ def _undone(work: Work, evaluated: int) -> float:
     if work.tokens <= 0:
         return work.seconds
     return work.seconds * max(0.0, 1.0 - evaluated / work.tokens)
-
-
-def slot_waited(seconds: float) -> None:
-    """Count ``seconds`` as time the current decision waited for a llama-server slot."""
-    waits = _slot_waits.get()
-    if waits is not None:
-        waits[0] += seconds
 
 
 def smoothed(mean_s: float | None, sample_s: float) -> float:
@@ -222,9 +180,10 @@ class Admission:
         self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
         # requests that said what they take, admitted decisions and relayed requests
-        # apart: ticket -> (what it takes, admitted at, the prompt tokens evaluated for it
-        # so far, in a list its reads add to: ``tokens_evaluated``; its deadline's seconds)
-        self._work: dict[object, tuple[Work, float, list[int], float]] = {}
+        # apart: ticket -> (what it takes, admitted at, its request's facts and the prompt
+        # tokens they counted as evaluated before (``Facts.evaluated``: its reads add to
+        # them), its deadline's seconds)
+        self._work: dict[object, tuple[Work, float, Facts, int, float]] = {}
         self._relayed: dict[object, tuple[float, float, float, float | None]] = {}
 
     def ahead(self, now: float | None = None, *, paced: bool = False) -> list[float]:
@@ -250,7 +209,10 @@ class Admission:
         # the prompts in its slots in the same batches, so a decision's own estimate of
         # when it finishes says little about how far it is (a long prompt estimated at
         # 13 s finished with the short ones beside it, 40 s later)
-        decisions = [_undone(work, done[0]) for work, _since, done, _d in self._work.values()]
+        decisions = [
+            _undone(work, facts.evaluated - before)
+            for work, _since, facts, before, _d in self._work.values()
+        ]
         unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
             decisions += [self.decision_s] * unknown
@@ -302,7 +264,7 @@ class Admission:
         now = time.monotonic() if now is None else now
         deadline_s = self._deadline.seconds if deadline_s is None else deadline_s
         budget, shortest = deadline_s * _HEADROOM, deadline_s
-        for _work, since, _done, theirs in self._work.values():
+        for _work, since, _facts, _before, theirs in self._work.values():
             budget = min(budget, theirs * _HEADROOM - (now - since))
             shortest = min(shortest, theirs)
         return max(budget, shortest / 2)
@@ -339,11 +301,17 @@ class Admission:
             )
 
     def admit(
-        self, work: Work | None = None, deadline: Deadline | None = None
+        self,
+        work: Work | None = None,
+        deadline: Deadline | None = None,
+        facts: Facts | None = None,
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """Run the block once a place is free, within the ``deadline`` (None: the server's;
         counted from this call, so time spent queued counts). ``work``: what the request
-        will take, when known."""
+        will take, when known. ``facts``: the request's (proxy/facts.py): the estimate it
+        is admitted with is written there, and its reads count there the tokens they
+        evaluated and the time they waited for a llama-server slot."""
+        facts = facts or Facts()
         deadline = deadline or self._deadline
         seconds = deadline.seconds
         # every place taken and the queue full (counted together: a place handed to a
@@ -370,10 +338,8 @@ class Admission:
                         f"this request needs {work.describe()}; with the work admitted ahead of it",
                         seconds,
                     )
-            holder = _estimate.get()
-            if holder is not None:
-                holder[:] = [work, finish]
-            return self._admitted(work, seconds)
+            facts.estimate = (work, finish)
+            return self._admitted(work, seconds, facts)
         if self.decision_s is not None:
             finish = estimated_finish_s(self._queued, self._active, self.parallel, self.decision_s)
             budget = seconds * _HEADROOM
@@ -383,18 +349,18 @@ class Admission:
                     f"request's {seconds:g} s deadline; retry later",
                     retry_after_s=max(1, math.ceil(finish - budget)),
                 )
-        return self._admitted(None, seconds)
+        return self._admitted(None, seconds, facts)
 
     @contextlib.asynccontextmanager
-    async def _admitted(self, work: Work | None, deadline_s: float) -> AsyncIterator[None]:
+    async def _admitted(
+        self, work: Work | None, deadline_s: float, facts: Facts
+    ) -> AsyncIterator[None]:
         """A place, and the deadline around waiting for it and the block. A cancel (the
         deadline's or the client's) while queued takes no place or passes on the one it
         was handed (the semaphore's part); one while holding gives it back once."""
         ticket = object()
-        done = [0]
-        _evaluated.set(done)
         if work is not None:
-            self._work[ticket] = (work, time.monotonic(), done, deadline_s)
+            self._work[ticket] = (work, time.monotonic(), facts, facts.evaluated, deadline_s)
         deadline = asyncio.timeout(deadline_s)
         try:
             async with deadline:
@@ -404,8 +370,7 @@ class Admission:
                 finally:
                     self._queued -= 1
                 self._active += 1
-                waits = [0.0]
-                _slot_waits.set(waits)
+                waited_before = facts.slot_wait_s
                 started = time.monotonic()
                 try:
                     yield
@@ -414,7 +379,7 @@ class Admission:
                     self._places.release()
                 # only answered decisions teach how long one takes to serve (not when the
                 # waits of parallel questions overlap past the whole)
-                served = time.monotonic() - started - waits[0]
+                served = time.monotonic() - started - (facts.slot_wait_s - waited_before)
                 if served > 0:
                     self._measured(served)
         except TimeoutError as exc:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import NamedTuple
 
-from .admission import slot_waited
+from .facts import Facts
 
 __all__ = [
     "Step",
@@ -612,6 +612,7 @@ class SlotBook:
         short: bool = False,
         own: int = 0,
         wait: bool = True,
+        facts: Facts | None = None,
     ) -> _Lease:
         """``async with book.lease(segment) as slot:`` a slot for one decision: one that
         holds ``segment`` (the segment scheme) or, ``by_prefix``, the longest prefix of
@@ -619,8 +620,9 @@ class SlotBook:
         that is reading it, when that is worth waiting for (``_worth_waiting``; ``own``:
         on the segment scheme, the tokens the read evaluates after the segment; ``wait``
         False: never). ``short``: a read of one request that any slot content reads the
-        same (see ``depth``)."""
-        return _Lease(self, segment, by_prefix, short, own, wait)
+        same (see ``depth``). ``facts``: the request's, where the time spent waiting for
+        the slot is counted (``Facts.slot_wait_s``)."""
+        return _Lease(self, segment, by_prefix, short, own, wait, facts)
 
 
 class Trail:
@@ -696,7 +698,7 @@ class Trail:
 
 
 class _Lease:
-    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_own", "_wait", "_slot")
+    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_own", "_wait", "_facts", "_slot")
 
     def __init__(
         self,
@@ -706,9 +708,10 @@ class _Lease:
         short: bool,
         own: int,
         wait: bool,
+        facts: Facts | None,
     ) -> None:
         self._book, self._segment, self._by_prefix = book, segment, by_prefix
-        self._short, self._own, self._wait = short, own, wait
+        self._short, self._own, self._wait, self._facts = short, own, wait, facts
 
     async def __aenter__(self) -> int:
         book = self._book
@@ -737,7 +740,8 @@ class _Lease:
         since = time.monotonic()
         try:
             self._slot = await waiter
-            slot_waited(time.monotonic() - since)
+            if self._facts is not None:
+                self._facts.slot_wait_s += time.monotonic() - since
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 book._release(waiter.result())  # handed a slot, then cancelled: pass it on

@@ -19,8 +19,8 @@ import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from .admission import estimate_holder, server_timing
-from .app_keys import API, ARRIVED, KIND, METRICS, SETTINGS
+from .admission import server_timing
+from .app_keys import API, ARRIVED, FACT_SHEET, KIND, METRICS, SETTINGS
 from .config import Settings
 from .errors import (
     InternalError,
@@ -33,7 +33,8 @@ from .errors import (
     openai_error,
     system_one_error,
 )
-from .metrics import after_reply, upstream_seconds
+from .facts import Facts
+from .metrics import after_reply
 
 __all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "handled", "render_error"]
 
@@ -50,8 +51,7 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "other"
-    upstream = upstream_seconds()
-    estimate = estimate_holder()
+    facts = request[FACT_SHEET] = Facts()  # handed down by the handler; read back here
     started = request[ARRIVED] = time.perf_counter()
     status = 499  # the client went away before an answer
     metrics.request_started(route)
@@ -87,7 +87,7 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
         except Exception as exc:  # noqa: BLE001 - a ProxyError, or a bug: answered in JSON
             response = _render(request, exc)
         status = response.status
-        timing = server_timing(estimate)
+        timing = server_timing(facts.estimate)
         if timing is not None and not response.prepared:  # a stream's headers are gone
             response.headers["Server-Timing"] = timing
         return response
@@ -98,7 +98,7 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
             request.get(KIND, "other"),
             status,
             time.perf_counter() - started,
-            upstream.seconds,
+            facts.upstream.seconds,
         )
 
 
