@@ -7,19 +7,12 @@ from types import SimpleNamespace
 import pytest
 
 import proxy.admission as admission_module
-from proxy.admission import (
-    Admission,
-    Work,
-    estimated_finish_s,
-    finish_s,
-    server_timing,
-    smoothed,
-    turns_s,
-)
+from proxy.admission import Admission, Work, server_timing
 from proxy.cost import CHUNK, ONE, CostModel
 from proxy.deadlines import Deadline
 from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
 from proxy.facts import Facts
+from proxy.queueing import estimated_finish_s, finish_s, smoothed, turns_s
 from proxy.routes.common import relayed_cost
 
 
