@@ -36,6 +36,10 @@ last row of a long read (kept out of a longer prompt's prefix), and a request's
 last physical batch of one token. A prompt of at most 256 tokens has no row outside
 the per-row kernel whatever its slot holds, so its one request is not checked
 against the slot's record and may queue behind another such read (``SlotBook.depth``).
+
+Longer than 400 lines on purpose: the evaluation plans and the slot book that carries
+them out must agree row for row on which kernel each row goes through, so the argument
+above is checked against one module.
 """
 
 from __future__ import annotations

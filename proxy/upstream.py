@@ -11,6 +11,10 @@ JSON):
     no answer in time                           -> UpstreamTimeout (504)
     4xx to a request built from client input    -> UpstreamRejected (400)
     5xx, 401/403, unparsable HTTP or JSON       -> UpstreamBadResponse (502)
+
+Longer than 400 lines on purpose: it is the one boundary with llama-server (every
+endpoint's JSON, the connection lanes, the translation of failures), and a second module
+holding part of it would be a second place that knows llama-server's wire format.
 """
 
 from __future__ import annotations
