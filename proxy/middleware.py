@@ -1,6 +1,8 @@
 """The request middleware: metrics around everything, then authentication, then
 the handler, with every failure (a ``ProxyError``, or a bug answered as ``InternalError``)
 counted by ``handled`` and rendered into its API's error body by ``render_error``.
+Each request gets its ``Facts`` (proxy/facts.py) here, under ``FACT_SHEET``: the handler
+hands them down, and the metrics and the ``Server-Timing`` header read them back.
 
 One middleware rather than three: each aiohttp middleware layer costs a call
 chain per request, and a decision's whole hop is budgeted in microseconds
