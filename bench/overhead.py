@@ -69,7 +69,7 @@ from _servers import (
 from proxy.config import Settings
 from proxy.decision.prompt import append_to_conversation, options_block
 from proxy.decision.question import choice_question
-from proxy.service import read_widths
+from proxy.reading import read_widths
 
 MESSAGES = [{"role": "user", "content": "Ticket: I was charged twice for one order."}]
 OPTIONS = {

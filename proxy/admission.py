@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import math
 import time
 from collections.abc import AsyncIterator
@@ -39,19 +38,10 @@ from dataclasses import dataclass
 
 from .deadlines import Deadline
 from .errors import InvalidRequest, Overloaded, UpstreamTimeout
+from .facts import Facts
+from .queueing import estimated_finish_s, finish_s, smoothed, turns_s
 
-__all__ = [
-    "Admission",
-    "Work",
-    "estimate_holder",
-    "tokens_evaluated",
-    "estimated_finish_s",
-    "finish_s",
-    "turns_s",
-    "server_timing",
-    "slot_waited",
-    "smoothed",
-]
+__all__ = ["Admission", "Work", "server_timing"]
 
 
 @dataclass(frozen=True)
@@ -74,107 +64,20 @@ class Work:
         return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
 
 
-def finish_s(work_s: float, ahead: list[float], slots: int) -> float:
-    """Seconds until a request of ``work_s`` admitted now is answered, when the requests
-    ``ahead`` (in the order they were admitted) still have that many seconds of work
-    each: they take the ``slots`` llama-server slots first come, first served, and the
-    CPU is shared evenly among those in a slot (processor sharing). Each admitted
-    request in a slot delays this one by as much of its work as runs beside it; one
-    still waiting for a slot delays it by all of its own, once the slots are all
-    taken."""
-    jobs = [*ahead, work_s]
-    running, waiting = jobs[:slots], jobs[slots:]
-    mine = len(jobs) - 1  # this request's index: the last
-    ids = list(range(len(running)))
-    next_id = len(running)
-    clock = 0.0
-    while True:
-        least = min(running)
-        clock += least * len(running)
-        left = [(i, r - least) for i, r in zip(ids, running)]
-        if any(i == mine and r <= 1e-12 for i, r in left):
-            return clock
-        kept = [(i, r) for i, r in left if r > 1e-12]
-        while len(kept) < slots and waiting:
-            kept.append((next_id, waiting.pop(0)))
-            next_id += 1
-        ids, running = [i for i, _ in kept], [r for _, r in kept]
-
-
-def turns_s(work_s: float, ahead: list[float], slots: int) -> float:
-    """Seconds until a decision of ``work_s`` admitted now is answered behind the decisions
-    ``ahead`` (in the order admitted, each with that much work left), when they take the
-    ``slots`` slots in turns and the ones in the slots at once finish together, when all
-    their work is done: llama-server evaluates the prompts its slots hold in the same
-    batches, so a 128-token read beside a 1,400-token one finished with it, 14 s later
-    (bench/admission.py's burst; its "four at once" estimates erred by -58% under
-    processor sharing, ``finish_s``, for the same reason)."""
-    jobs = [*ahead, work_s]
-    step = max(1, slots)
-    return sum(sum(jobs[first : first + step]) for first in range(0, len(jobs), step))
-
-
-# Seconds the current admitted decision spent waiting for a llama-server slot (proxy/kv.py):
-# not part of how long a decision takes to serve, which the estimate divides by the slots.
-_slot_waits: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
-    "semif_slot_waits", default=None
-)
-
-# The estimate the current request was admitted with, for its Server-Timing header
-# (proxy/middleware.py): [Work, finish seconds], empty when none was made.
-_estimate: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "semif_estimate", default=None
-)
-
-# Prompt tokens evaluated so far for the current admitted decision (``tokens_evaluated``).
-_evaluated: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "semif_evaluated", default=None
-)
-
-_SMOOTHING = 0.2  # weight of the newest decision in the moving average of decision time
 _HEADROOM = 0.8  # admit only what the estimate finishes within this share of the deadline
 
 
-def estimated_finish_s(queued: int, active: int, parallel: int, decision_s: float) -> float:
-    """Seconds until a request arriving now would be answered, in a FIFO queue served
-    ``parallel`` at a time at ``decision_s`` each. ``active`` admitted decisions beyond
-    ``parallel`` (waiting for a llama-server slot) wait like the ``queued`` ones. With
-    one free, ``decision_s``; otherwise it waits for ``waiting + 1`` turns, ``parallel``
-    per round of ``decision_s``, ``ceil((waiting + 1) / parallel) * decision_s``, then
-    takes ``decision_s`` (whole rounds: exact when decisions start together, as in a
-    burst, and on the safe side otherwise)."""
-    if active < parallel:
-        return decision_s
-    waiting = queued + active - parallel
-    return math.ceil((waiting + 1) / parallel) * decision_s + decision_s
-
-
-def estimate_holder() -> list:
-    """Start recording the admission estimate of the current request: the list returned
-    holds ``[Work, finish_s]`` once a decision was admitted with one."""
-    holder: list = []
-    _estimate.set(holder)
-    return holder
-
-
-def server_timing(holder: list) -> str | None:
-    """The ``Server-Timing`` header value that reports an admission estimate (RFC-less but
-    W3C Server Timing's syntax), or None when there was none."""
-    if not holder:
+def server_timing(estimate: tuple[Work, float] | None) -> str | None:
+    """The ``Server-Timing`` header value that reports an admission estimate (``Facts.
+    estimate``: the work and the seconds until the answer; RFC-less but W3C Server
+    Timing's syntax), or None when there was none."""
+    if estimate is None:
         return None
-    work, finish = holder
+    work, finish = estimate
     return (
         f'semif-estimate;dur={finish * 1000:.0f};desc="{work.tokens} prompt tokens, '
         f'{work.seconds:.3f} s idle"'
     )
-
-
-def tokens_evaluated(tokens: int) -> None:
-    """Count ``tokens`` prompt tokens as evaluated for the current admitted decision (a
-    step of its reads came back): how far it is, for the estimates of those after it."""
-    done = _evaluated.get()
-    if done is not None:
-        done[0] += tokens
 
 
 def _undone(work: Work, evaluated: int) -> float:
@@ -184,19 +87,6 @@ def _undone(work: Work, evaluated: int) -> float:
     if work.tokens <= 0:
         return work.seconds
     return work.seconds * max(0.0, 1.0 - evaluated / work.tokens)
-
-
-def slot_waited(seconds: float) -> None:
-    """Count ``seconds`` as time the current decision waited for a llama-server slot."""
-    waits = _slot_waits.get()
-    if waits is not None:
-        waits[0] += seconds
-
-
-def smoothed(mean_s: float | None, sample_s: float) -> float:
-    """The exponential moving average ``(1 - a) * mean + a * sample`` (a = 0.2); the
-    first sample stands alone."""
-    return sample_s if mean_s is None else (1 - _SMOOTHING) * mean_s + _SMOOTHING * sample_s
 
 
 class Admission:
@@ -222,9 +112,10 @@ class Admission:
         self._slot_counts: dict[object, int] = {}  # slots by whose they are (limit_parallel)
         self.decision_s: float | None = None  # measured time per decision, once known
         # requests that said what they take, admitted decisions and relayed requests
-        # apart: ticket -> (what it takes, admitted at, the prompt tokens evaluated for it
-        # so far, in a list its reads add to: ``tokens_evaluated``; its deadline's seconds)
-        self._work: dict[object, tuple[Work, float, list[int], float]] = {}
+        # apart: ticket -> (what it takes, admitted at, its request's facts and the prompt
+        # tokens they counted as evaluated before (``Facts.evaluated``: its reads add to
+        # them), its deadline's seconds)
+        self._work: dict[object, tuple[Work, float, Facts, int, float]] = {}
         self._relayed: dict[object, tuple[float, float, float, float | None]] = {}
 
     def ahead(self, now: float | None = None, *, paced: bool = False) -> list[float]:
@@ -250,7 +141,10 @@ class Admission:
         # the prompts in its slots in the same batches, so a decision's own estimate of
         # when it finishes says little about how far it is (a long prompt estimated at
         # 13 s finished with the short ones beside it, 40 s later)
-        decisions = [_undone(work, done[0]) for work, _since, done, _d in self._work.values()]
+        decisions = [
+            _undone(work, facts.evaluated - before)
+            for work, _since, facts, before, _d in self._work.values()
+        ]
         unknown = self._active + self._queued - len(self._work)
         if unknown > 0 and self.decision_s is not None:
             decisions += [self.decision_s] * unknown
@@ -302,7 +196,7 @@ class Admission:
         now = time.monotonic() if now is None else now
         deadline_s = self._deadline.seconds if deadline_s is None else deadline_s
         budget, shortest = deadline_s * _HEADROOM, deadline_s
-        for _work, since, _done, theirs in self._work.values():
+        for _work, since, _facts, _before, theirs in self._work.values():
             budget = min(budget, theirs * _HEADROOM - (now - since))
             shortest = min(shortest, theirs)
         return max(budget, shortest / 2)
@@ -339,11 +233,17 @@ class Admission:
             )
 
     def admit(
-        self, work: Work | None = None, deadline: Deadline | None = None
+        self,
+        work: Work | None = None,
+        deadline: Deadline | None = None,
+        facts: Facts | None = None,
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """Run the block once a place is free, within the ``deadline`` (None: the server's;
         counted from this call, so time spent queued counts). ``work``: what the request
-        will take, when known."""
+        will take, when known. ``facts``: the request's (proxy/facts.py): the estimate it
+        is admitted with is written there, and its reads count there the tokens they
+        evaluated and the time they waited for a llama-server slot."""
+        facts = facts or Facts()
         deadline = deadline or self._deadline
         seconds = deadline.seconds
         # every place taken and the queue full (counted together: a place handed to a
@@ -370,10 +270,8 @@ class Admission:
                         f"this request needs {work.describe()}; with the work admitted ahead of it",
                         seconds,
                     )
-            holder = _estimate.get()
-            if holder is not None:
-                holder[:] = [work, finish]
-            return self._admitted(work, seconds)
+            facts.estimate = (work, finish)
+            return self._admitted(work, seconds, facts)
         if self.decision_s is not None:
             finish = estimated_finish_s(self._queued, self._active, self.parallel, self.decision_s)
             budget = seconds * _HEADROOM
@@ -383,18 +281,18 @@ class Admission:
                     f"request's {seconds:g} s deadline; retry later",
                     retry_after_s=max(1, math.ceil(finish - budget)),
                 )
-        return self._admitted(None, seconds)
+        return self._admitted(None, seconds, facts)
 
     @contextlib.asynccontextmanager
-    async def _admitted(self, work: Work | None, deadline_s: float) -> AsyncIterator[None]:
+    async def _admitted(
+        self, work: Work | None, deadline_s: float, facts: Facts
+    ) -> AsyncIterator[None]:
         """A place, and the deadline around waiting for it and the block. A cancel (the
         deadline's or the client's) while queued takes no place or passes on the one it
         was handed (the semaphore's part); one while holding gives it back once."""
         ticket = object()
-        done = [0]
-        _evaluated.set(done)
         if work is not None:
-            self._work[ticket] = (work, time.monotonic(), done, deadline_s)
+            self._work[ticket] = (work, time.monotonic(), facts, facts.evaluated, deadline_s)
         deadline = asyncio.timeout(deadline_s)
         try:
             async with deadline:
@@ -404,8 +302,7 @@ class Admission:
                 finally:
                     self._queued -= 1
                 self._active += 1
-                waits = [0.0]
-                _slot_waits.set(waits)
+                waited_before = facts.slot_wait_s
                 started = time.monotonic()
                 try:
                     yield
@@ -414,7 +311,7 @@ class Admission:
                     self._places.release()
                 # only answered decisions teach how long one takes to serve (not when the
                 # waits of parallel questions overlap past the whole)
-                served = time.monotonic() - started - waits[0]
+                served = time.monotonic() - started - (facts.slot_wait_s - waited_before)
                 if served > 0:
                     self._measured(served)
         except TimeoutError as exc:

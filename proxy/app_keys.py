@@ -6,6 +6,7 @@ from aiohttp import web
 
 from .admission import Admission
 from .config import Settings
+from .facts import Facts
 from .metrics import Metrics
 from .profile_store import ProfileStore
 from .records import Recorder
@@ -23,6 +24,7 @@ __all__ = [
     "KIND",
     "ARRIVED",
     "API",
+    "FACT_SHEET",
 ]
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -39,3 +41,6 @@ KIND = web.RequestKey("kind", str)
 API = web.RequestKey("api", str)
 # When the request arrived (``time.perf_counter()``): a decision record's latency starts here.
 ARRIVED = web.RequestKey("arrived", float)
+# What the request learns as it is served (proxy/facts.py): made by the middleware, handed
+# down to the decision service, read back for the metrics and the Server-Timing header.
+FACT_SHEET = web.RequestKey("facts", Facts)

@@ -21,6 +21,7 @@ from .decision.labels import CANDIDATES, LabelError, assign_labels, single_token
 from .decision.prompt import ANSWER_INSTRUCTION, answer_context
 from .discovery import Discovery
 from .errors import InvalidRequest, UpstreamBadResponse
+from .facts import Facts
 from .upstream import ModelInfo, Upstream
 
 __all__ = ["LabelCatalogue", "NO_THINKING", "Labels", "rendering_kwargs"]
@@ -52,8 +53,11 @@ class LabelCatalogue:
         # the lock-free fast path, used only while that model is still the one served
         self._assigned: dict[tuple[str, int], tuple[ModelInfo, Labels]] = {}
 
-    async def labels(self, n: int, kwargs: Mapping[str, Any]) -> tuple[ModelInfo, Labels]:
-        """The served model and ``n`` labels verified in its template's answer context."""
+    async def labels(
+        self, n: int, kwargs: Mapping[str, Any], facts: Facts | None = None
+    ) -> tuple[ModelInfo, Labels]:
+        """The served model and ``n`` labels verified in its template's answer context.
+        ``facts``: the request's that waits for them (proxy/facts.py)."""
         key = (
             _NO_THINKING_KEY
             if kwargs is NO_THINKING
@@ -68,19 +72,19 @@ class LabelCatalogue:
         if known is not None and known[0] is self._discovery.known:
             return known  # the common case: a known template and option count, same model
         async with self._lock:
-            info = await self._discovery.model()
+            info = await self._discovery.model(facts)
             context = self._contexts.get(key)
             if context is None:
                 probe = [{"role": "user", "content": "Question.\n\n" + ANSWER_INSTRUCTION}]
                 try:
-                    context = answer_context(await self._upstream.render(probe, kwargs))
+                    context = answer_context(await self._upstream.render(probe, kwargs, facts))
                 except ValueError as exc:
                     raise UpstreamBadResponse(
                         "the chat template dropped the question (no answer position)"
                     ) from exc
                 self._contexts.put(key, context)
             ids = self._token_ids.setdefault(context, {})
-            await self._verify_until(n, context, ids)
+            await self._verify_until(n, context, ids, facts)
             try:
                 assigned = tuple(assign_labels(n, ids))
             except LabelError as exc:
@@ -103,7 +107,9 @@ class LabelCatalogue:
         for stale in [k for k in self._assigned if k[0] == key]:
             del self._assigned[stale]
 
-    async def _verify_until(self, n: int, context: str, ids: dict[str, int | None]) -> None:
+    async def _verify_until(
+        self, n: int, context: str, ids: dict[str, int | None], facts: Facts | None
+    ) -> None:
         """Tokenise candidates in context, in order, until ``n`` are usable (or none are left)."""
         if _usable(ids) >= n:
             return
@@ -111,9 +117,11 @@ class LabelCatalogue:
         base: list[int] | None = None
         while _usable(ids) < n and pending:
             if base is None:
-                base = await self._upstream.tokenize(context)
+                base = await self._upstream.tokenize(context, facts=facts)
             batch, pending = pending[:_TOKENIZE_BATCH], pending[_TOKENIZE_BATCH:]
-            encoded = await asyncio.gather(*(self._upstream.tokenize(context + c) for c in batch))
+            encoded = await asyncio.gather(
+                *(self._upstream.tokenize(context + c, facts=facts) for c in batch)
+            )
             for label, with_label in zip(batch, encoded):
                 ids[label] = single_token_id(base, with_label)
 

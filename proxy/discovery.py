@@ -3,6 +3,7 @@ until another model answers: the model, its parallel slots, whether it is a rera
 
 from __future__ import annotations
 
+from .facts import Facts
 from .upstream import ModelInfo, Upstream
 
 __all__ = ["Discovery"]
@@ -20,10 +21,11 @@ class Discovery:
         """The model as last asked (None before the first answer or after ``forget``)."""
         return self._info
 
-    async def model(self) -> ModelInfo:
-        """What llama-server serves (cached; refreshed when another model answers)."""
+    async def model(self, facts: Facts | None = None) -> ModelInfo:
+        """What llama-server serves (cached; refreshed when another model answers).
+        ``facts``: the request's that waits for the answer (proxy/facts.py)."""
         if self._info is None:
-            self._info = await self._upstream.model_info()
+            self._info = await self._upstream.model_info(facts)
         return self._info
 
     async def reranks(self) -> bool:
@@ -36,10 +38,10 @@ class Discovery:
             self._reranks = found
         return self._reranks
 
-    async def total_slots(self) -> int:
+    async def total_slots(self, facts: Facts | None = None) -> int:
         """llama-server's parallel slots (asked once)."""
         if self._slots is None:
-            self._slots = await self._upstream.total_slots() or 1
+            self._slots = await self._upstream.total_slots(facts) or 1
         return self._slots
 
     def forget(self) -> None:

@@ -36,6 +36,10 @@ last row of a long read (kept out of a longer prompt's prefix), and a request's
 last physical batch of one token. A prompt of at most 256 tokens has no row outside
 the per-row kernel whatever its slot holds, so its one request is not checked
 against the slot's record and may queue behind another such read (``SlotBook.depth``).
+
+Longer than 400 lines on purpose: the evaluation plans and the slot book that carries
+them out must agree row for row on which kernel each row goes through, so the argument
+above is checked against one module.
 """
 
 from __future__ import annotations
@@ -51,8 +55,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import NamedTuple
 
-from .admission import slot_waited
 from .cost import GGML_FA_TILE_Q
+from .facts import Facts
 
 __all__ = [
     "Step",
@@ -624,6 +628,7 @@ class SlotBook:
         short: bool = False,
         own: int = 0,
         wait: bool = True,
+        facts: Facts | None = None,
     ) -> _Lease:
         """``async with book.lease(segment) as slot:`` a slot for one decision: one that
         holds ``segment`` (the segment scheme) or, ``by_prefix``, the longest prefix of
@@ -631,8 +636,9 @@ class SlotBook:
         that is reading it, when that is worth waiting for (``_worth_waiting``; ``own``:
         on the segment scheme, the tokens the read evaluates after the segment; ``wait``
         False: never). ``short``: a read of one request that any slot content reads the
-        same (see ``depth``)."""
-        return _Lease(self, segment, by_prefix, short, own, wait)
+        same (see ``depth``). ``facts``: the request's, where the time spent waiting for
+        the slot is counted (``Facts.slot_wait_s``)."""
+        return _Lease(self, segment, by_prefix, short, own, wait, facts)
 
 
 class Trail:
@@ -708,7 +714,7 @@ class Trail:
 
 
 class _Lease:
-    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_own", "_wait", "_slot")
+    __slots__ = ("_book", "_segment", "_by_prefix", "_short", "_own", "_wait", "_facts", "_slot")
 
     def __init__(
         self,
@@ -718,9 +724,10 @@ class _Lease:
         short: bool,
         own: int,
         wait: bool,
+        facts: Facts | None,
     ) -> None:
         self._book, self._segment, self._by_prefix = book, segment, by_prefix
-        self._short, self._own, self._wait = short, own, wait
+        self._short, self._own, self._wait, self._facts = short, own, wait, facts
 
     async def __aenter__(self) -> int:
         book = self._book
@@ -749,7 +756,8 @@ class _Lease:
         since = time.monotonic()
         try:
             self._slot = await waiter
-            slot_waited(time.monotonic() - since)
+            if self._facts is not None:
+                self._facts.slot_wait_s += time.monotonic() - since
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 book._release(waiter.result())  # handed a slot, then cancelled: pass it on

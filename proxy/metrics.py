@@ -8,8 +8,6 @@ Recorded by the middleware (requests) and the decision service (decisions).
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,9 +28,6 @@ from .errors import UpstreamBadResponse, UpstreamError, UpstreamTimeout, Upstrea
 __all__ = [
     "Metrics",
     "CONTENT_TYPE",
-    "UpstreamClock",
-    "upstream_timer",
-    "upstream_seconds",
     "after_reply",
 ]
 
@@ -66,59 +61,6 @@ def after_reply(record: Callable[..., None], *args: Any) -> None:
     written in the same step that returns it, so recording then keeps the
     collectors' locks and bucket searches off the answer's latency."""
     asyncio.get_running_loop().call_soon(record, *args)
-
-
-class UpstreamClock:
-    """Wall-clock seconds during which at least one llama-server call of a request
-    was in progress (overlapping calls count once)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._active = 0
-        self._since = 0.0
-
-    def enter(self) -> None:
-        if self._active == 0:
-            self._since = time.perf_counter()
-        self._active += 1
-
-    def leave(self) -> None:
-        self._active -= 1
-        if self._active == 0:
-            self.seconds += time.perf_counter() - self._since
-
-
-# The current request's clock, shared with the tasks it starts.
-_clock: contextvars.ContextVar[UpstreamClock | None] = contextvars.ContextVar(
-    "semif_upstream_clock", default=None
-)
-
-
-class _UpstreamTimer:
-    """Counts its block as time the current request waits on llama-server."""
-
-    __slots__ = ("_clock",)
-
-    def __enter__(self) -> None:
-        self._clock = _clock.get()
-        if self._clock is not None:
-            self._clock.enter()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._clock is not None:
-            self._clock.leave()
-
-
-def upstream_timer() -> _UpstreamTimer:
-    """Count the block as time the current request spends waiting on llama-server."""
-    return _UpstreamTimer()
-
-
-def upstream_seconds() -> UpstreamClock:
-    """Start a clock of upstream time for the current request."""
-    clock = UpstreamClock()
-    _clock.set(clock)
-    return clock
 
 
 # every kind an upstream failure is counted under, exposed at 0 from the start

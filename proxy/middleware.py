@@ -1,6 +1,8 @@
 """The request middleware: metrics around everything, then authentication, then
 the handler, with every failure (a ``ProxyError``, or a bug answered as ``InternalError``)
 counted by ``handled`` and rendered into its API's error body by ``render_error``.
+Each request gets its ``Facts`` (proxy/facts.py) here, under ``FACT_SHEET``: the handler
+hands them down, and the metrics and the ``Server-Timing`` header read them back.
 
 One middleware rather than three: each aiohttp middleware layer costs a call
 chain per request, and a decision's whole hop is budgeted in microseconds
@@ -19,8 +21,8 @@ import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from .admission import estimate_holder, server_timing
-from .app_keys import API, ARRIVED, KIND, METRICS, SETTINGS
+from .admission import server_timing
+from .app_keys import API, ARRIVED, FACT_SHEET, KIND, METRICS, SETTINGS
 from .config import Settings
 from .errors import (
     InternalError,
@@ -32,7 +34,8 @@ from .errors import (
     UpstreamError,
     error_reply,
 )
-from .metrics import after_reply, upstream_seconds
+from .facts import Facts
+from .metrics import after_reply
 
 __all__ = ["MIDDLEWARES", "OPEN_PATHS", "authenticate", "handled", "render_error"]
 
@@ -49,8 +52,7 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "other"
-    upstream = upstream_seconds()
-    estimate = estimate_holder()
+    facts = request[FACT_SHEET] = Facts()  # handed down by the handler; read back here
     started = request[ARRIVED] = time.perf_counter()
     status = 499  # the client went away before an answer
     metrics.request_started(route)
@@ -86,7 +88,7 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
         except Exception as exc:  # noqa: BLE001 - a ProxyError, or a bug: answered in JSON
             response = _render(request, exc)
         status = response.status
-        timing = server_timing(estimate)
+        timing = server_timing(facts.estimate)
         if timing is not None and not response.prepared:  # a stream's headers are gone
             response.headers["Server-Timing"] = timing
         return response
@@ -97,7 +99,7 @@ async def _serve(request: web.Request, handler: Handler) -> web.StreamResponse:
             request.get(KIND, "other"),
             status,
             time.perf_counter() - started,
-            upstream.seconds,
+            facts.upstream.seconds,
         )
 
 

@@ -7,6 +7,9 @@ The paths, their status codes and media types are listed here. Errors follow
 ``errors.py``: OpenAI routes answer ``{"error": {...}}``; System One answers 422
 ``{"detail": [{loc, msg, type}]}`` for validation and ``{"detail": "..."}`` otherwise.
 Bodies llama-server answers itself (pass-through) are documented as open objects.
+
+Longer than 400 lines on purpose: most of it is the one table of every path, its status
+codes and media types, kept together so that the document is read and reviewed as one.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import orjson
 from .bounded import BoundedCache
 from .decision.prompt import options_block
 from .decision.question import Question
+from .facts import Facts
 from .kv import common_prefix
 from .upstream import Upstream
 
@@ -46,33 +47,41 @@ class PromptCache:
         return layout
 
     async def prompt(
-        self, convo: list[dict[str, Any]], block: str, kwargs: Mapping[str, Any], ubatch: int
+        self,
+        convo: list[dict[str, Any]],
+        block: str,
+        kwargs: Mapping[str, Any],
+        ubatch: int,
+        facts: Facts | None = None,
     ) -> Prompt | None:
         """The prompt's tokens (as llama-server's chat endpoint would make them) and the
         length of its shared segment: the tokens it has in common with the text before
         the options block tokenised alone (whitespace before the block may tokenise
         differently in context); with the prefix scheme (``ubatch``), 0. Remembered;
-        ``None`` when the template hides the block."""
+        ``None`` when the template hides the block. ``facts``: the request's that waits
+        for it (proxy/facts.py)."""
         key = orjson.dumps([convo, dict(kwargs), ubatch], option=orjson.OPT_SORT_KEYS)
         known = self._prompts.get(key)
         if known is not None:
             return known
-        rendered = await self._upstream.render(convo, kwargs)
+        rendered = await self._upstream.render(convo, kwargs, facts)
         at = rendered.rfind(block)
         if at <= 0:
             return None
         if ubatch:  # the prefix scheme: no segment, one /tokenize
-            tokens = tuple(await self._upstream.tokenize(rendered, special=True))
+            tokens = tuple(await self._upstream.tokenize(rendered, special=True, facts=facts))
             if len(tokens) < 2:
                 return None
             found = (tokens, 0)
         else:
             segment = self._segments.get(rendered[:at])
             if segment is None:
-                segment = tuple(await self._upstream.tokenize(rendered[:at], special=True))
+                segment = tuple(
+                    await self._upstream.tokenize(rendered[:at], special=True, facts=facts)
+                )
                 if at <= _MAX_PROMPT_KEY:  # callers choose the text: bounded
                     self._segments.put(rendered[:at], segment)
-            tokens = tuple(await self._upstream.tokenize(rendered, special=True))
+            tokens = tuple(await self._upstream.tokenize(rendered, special=True, facts=facts))
             shared = common_prefix(segment, tokens)
             if not 0 < shared < len(tokens):
                 return None

@@ -12,9 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from .admission import Admission, tokens_evaluated
+from .admission import Admission
 from .cost import CostModel, kind_of
 from .discovery import Discovery
+from .facts import Facts
 from .kv import (
     LONE_ROW_CELLS,
     MAX_SMALL_CHUNK,
@@ -73,7 +74,7 @@ class Reader:
         self._admission = admission
         self._metrics = metrics
         self._on_fresh = on_fresh
-        self._epoch = getattr(upstream, "epoch", 0)  # a stand-in upstream may have none
+        self._epoch = upstream.epoch
         self._book: SlotBook | None = None  # llama-server's slots, once counted
         self.cost = CostModel()  # what a step costs on this llama-server (proxy/cost.py)
         self._steps_running = self._steps_started = 0  # this reader's /completion calls
@@ -83,19 +84,20 @@ class Reader:
         """How prompts are evaluated (proxy/kv.py): ``prefix-<ub>`` or ``segment``."""
         return f"prefix-{self.ubatch}" if self.ubatch else "segment"
 
-    async def book(self) -> SlotBook:
+    async def book(self, facts: Facts | None = None) -> SlotBook:
+        """The slot book, made when the slots are first counted (``facts``: the request's
+        that waits for the count, proxy/facts.py)."""
         if self._book is None:
-            total = await self._discovery.total_slots()
+            total = await self._discovery.total_slots(facts)
             if self._book is None:  # the first to get here after the await makes it
                 self._book = SlotBook(list(range(total)))
-                self._epoch = getattr(self._upstream, "epoch", 0)  # loading seen before
+                self._epoch = self._upstream.epoch  # loading seen before
                 self._admission.limit_parallel(self._book.size, self)
-                lanes = getattr(self._upstream, "lanes", None)
-                if lanes is not None:  # a stand-in upstream in unit tests has none
-                    lanes.follow_slots(self._book.size, self)
-                    self._book.depth = lanes.per_slot
+                lanes = self._upstream.lanes
+                lanes.follow_slots(self._book.size, self)
+                self._book.depth = lanes.per_slot
                 self._on_fresh()
-        epoch = getattr(self._upstream, "epoch", 0)
+        epoch = self._upstream.epoch
         if epoch != self._epoch:  # llama-server came back: its slots and kernels are new
             self._epoch = epoch
             self._book.forget()
@@ -118,6 +120,7 @@ class Reader:
         ubatch: int,
         *,
         teach: bool = True,
+        facts: Facts | None = None,
     ) -> tuple[NextToken, int]:
         """Read the next token after ``prompt`` evaluated the canonical way (``kv.steps_at``),
         and the tokens evaluated for it (``teach``: whether its steps may teach the cost
@@ -131,13 +134,16 @@ class Reader:
         The prefix scheme keeps the work of a read cut short (a deadline, a client gone):
         the slot holds some prefix of what was sent, each row canonical, so the next read
         there reads on whatever llama-server reuses of it (``_resume``), and reads the last
-        token again alone when it did not go alone the first time."""
+        token again alone when it did not go alone the first time.
+
+        ``facts``: the request's the read is for (proxy/facts.py), where each step counts
+        the tokens it evaluated and its time waiting on llama-server."""
         if short(prompt, ubatch):
-            return await self._read_short(book, slot, prompt, s_len, width, teach)
+            return await self._read_short(book, slot, prompt, s_len, width, teach, facts)
         spent = restarts = 0
         held = book.contents[slot]
         if ubatch and held is not None and held.partial:
-            read, spent = await self._resume(book, slot, held, prompt, width, ubatch)
+            read, spent = await self._resume(book, slot, held, prompt, width, ubatch, facts)
             if read is not None:
                 return read, spent
         while restarts < 2:
@@ -152,6 +158,7 @@ class Reader:
                         cache=step.cache,
                         n_probs=width if last else 0,
                         teach=teach,
+                        facts=facts,
                     )
                 except BaseException:
                     if ubatch:  # what was evaluated stays for a retry (kv.SlotContent.partial)
@@ -169,7 +176,7 @@ class Reader:
                 )
             else:
                 return done.read, spent
-        done = await self.complete(prompt, slot=slot, cache=True, n_probs=width)
+        done = await self.complete(prompt, slot=slot, cache=True, n_probs=width, facts=facts)
         book.contents[slot] = None
         log.warning(
             "llama-server slot %d kept changing under a read (reused %d of %d "
@@ -190,6 +197,7 @@ class Reader:
         s_len: int,
         width: int,
         teach: bool = True,
+        facts: Facts | None = None,
     ) -> tuple[NextToken, int]:
         """A prompt of at most 256 tokens on the prefix scheme: one request that reuses
         whatever prefix the slot holds, the last row included in the per-row kernel. No
@@ -197,7 +205,9 @@ class Reader:
         (docs/repeatability.md), so the read is canonical whatever llama-server reuses:
         nothing is checked, and it may have waited behind another read of the slot."""
         try:
-            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width, teach=teach)
+            done = await self.complete(
+                prompt, slot=slot, cache=True, n_probs=width, teach=teach, facts=facts
+            )
         except BaseException:
             book.contents[slot] = SlotContent(prompt, 0, partial=True)
             raise
@@ -213,13 +223,14 @@ class Reader:
         prompt: tuple[int, ...],
         width: int,
         ubatch: int,
+        facts: Facts | None,
     ) -> tuple[NextToken | None, int]:
         """After a read cut short in ``slot``: read after ``prompt`` on whatever the slot
         kept, and record what it then holds. The read when its last row went alone (or the
         prompt fits the first 256 cells), as the canonical plan's does, else None; and the
         tokens evaluated."""
         try:
-            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width)
+            done = await self.complete(prompt, slot=slot, cache=True, n_probs=width, facts=facts)
         except BaseException:
             book.contents[slot] = SlotContent(
                 prompt, 0, lone_last(Step(len(prompt), True, 0, 1), ubatch), partial=True
@@ -242,19 +253,24 @@ class Reader:
         cache: bool,
         n_probs: int = 0,
         teach: bool = True,
+        facts: Facts | None = None,
     ) -> Completion:
         """``Upstream.complete``, timed: a step no other step of this reader ran beside
-        teaches the cost model what such a step costs (unless ``teach`` is False)."""
+        teaches the cost model what such a step costs (unless ``teach`` is False). The
+        tokens it evaluated count in ``facts`` (how far the admitted decision is)."""
         alone = self._steps_running == 0
         self._steps_running += 1
         self._steps_started += 1
         mark = self._steps_started
         started = time.monotonic()
         try:
-            done = await self._upstream.complete(tokens, slot=slot, cache=cache, n_probs=n_probs)
+            done = await self._upstream.complete(
+                tokens, slot=slot, cache=cache, n_probs=n_probs, facts=facts
+            )
         finally:
             self._steps_running -= 1
-        tokens_evaluated(done.read.prompt_evaluated)  # how far the admitted decision is
+        if facts is not None:
+            facts.evaluated += done.read.prompt_evaluated
         if teach and alone and mark == self._steps_started and done.seconds > 0:
             evaluated = done.read.prompt_evaluated
             self.cost.observe(

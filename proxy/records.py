@@ -38,7 +38,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from .deadlines import Deadline
 from .decision.outcome import Outcome
 from .decision.prompt import PROMPT_FORMAT_VERSIONS
 from .decision.readout import choice_confidence, score_confidence
+from .facts import Facts
 from .metrics import Metrics
 from .protocol.records import RECORD, DecisionInput, DecisionRecord, RecordedQuestion
 from .record_sink import STDOUT, RecordWriter, sink_writer
@@ -131,9 +132,10 @@ class Context:
     ``time.perf_counter()`` at arrival; ``line``: the jsonlines line (from 0);
     ``state``: the state text of System One, Decisions and rerank (an input);
     ``question_ids``: whether the API names its questions (chat and listwise rerank
-    hold one unnamed decision: ``question_id`` null). Beside them, ``deadline``: the one
-    its decision runs under (proxy/deadlines.py; None: the server's), which the routes
-    hand to the service with the request."""
+    hold one unnamed decision: ``question_id`` null). Beside them, what the routes hand
+    to the service with the request: ``deadline``, the one its decision runs under
+    (proxy/deadlines.py; None: the server's), and ``facts``, where what the request
+    learns as it is served is counted (proxy/facts.py; the middleware's)."""
 
     request_id: str
     api: str  # "chat" | "system_one" | "decisions" | "rerank" | "invocations"
@@ -142,6 +144,7 @@ class Context:
     state: str | None = None
     question_ids: bool = True
     deadline: Deadline | None = None
+    facts: Facts = field(default_factory=Facts)
 
 
 # -- the record ---------------------------------------------------------------------

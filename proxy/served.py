@@ -79,7 +79,7 @@ class ServedModels:
         or a default name. Raises ``UnknownModel``."""
         if not await self.router():
             if strict and name is not None:
-                names = self.names_of(await self._single.model(), default=True)
+                names = self.names_of(await self._single.discovery.model(), default=True)
                 if not names.accepts(name):
                     raise UnknownModel(name, names.listed)
             return self._single
@@ -92,11 +92,11 @@ class ServedModels:
         return service
 
     async def settled(self) -> bool:
-        """Whether the one model's self-check has settled (``DecisionService.settled``),
+        """Whether the one model's self-check has settled (``SelfCheck.settled``),
         starting it when due. A router's models are checked when each first decides."""
         if await self.router():
             return True
-        return await self._single.settled()
+        return await self._single.self_check.settled()
 
     async def close(self) -> None:
         """Stop every model's self-check (a shutdown)."""
@@ -107,9 +107,9 @@ class ServedModels:
         """Each model's repeatability self-check (decision/selfcheck.py) by model id: the
         one model's, or a router's models that have answered a decision."""
         if not self._router:
-            info = self._single.known_model
-            return {info.id if info else "": self._single.checked.as_json()}
-        return {model: s.checked.as_json() for model, s in self._services.items()}
+            info = self._single.discovery.known
+            return {info.id if info else "": self._single.self_check.result.as_json()}
+        return {model: s.self_check.result.as_json() for model, s in self._services.items()}
 
     async def listed(self) -> tuple[ModelInfo, ...]:
         """A router's models as ``/v1/models`` lists them (no model is loaded to learn it)."""

@@ -11,6 +11,10 @@ JSON):
     no answer in time                           -> UpstreamTimeout (504)
     4xx to a request built from client input    -> UpstreamRejected (400)
     5xx, 401/403, unparsable HTTP or JSON       -> UpstreamBadResponse (502)
+
+Longer than 400 lines on purpose: it is the one boundary with llama-server (every
+endpoint's JSON, the connection lanes, the translation of failures), and a second module
+holding part of it would be a second place that knows llama-server's wire format.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import copy
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
@@ -36,7 +40,7 @@ from .errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from .metrics import upstream_timer
+from .facts import Facts
 
 __all__ = ["Upstream", "NextToken", "ModelInfo", "ModelList", "Relay", "parse_models"]
 
@@ -68,6 +72,7 @@ _HOP_HEADERS = frozenset(
 # or a request can be written into a connection that is closing.
 _KEEPALIVE_S = 4.0
 _ABSENT = object()
+_UNTIMED = nullcontext()  # a call no request waits on (the self-check's, the app's)
 # what a llama-server router answers for one model, named by ``?model=`` (its own
 # /v1/models and /health are the router's)
 _ROUTED_GETS = frozenset({"/props", "/slots"})
@@ -304,6 +309,7 @@ class Upstream:
         n_probs: int,
         template_kwargs: Mapping[str, Any] | None,
         slot: int | None = None,
+        facts: Facts | None = None,
     ) -> NextToken:
         """One greedy token with the top ``n_probs`` log-probabilities of the raw logits
         (in llama-server slot ``slot``, when given; no grammar: see ``complete``)."""
@@ -318,7 +324,7 @@ class Upstream:
         }
         if slot is not None:
             body["id_slot"] = slot
-        data = await self._request_json("POST", "/v1/chat/completions", body)
+        data = await self._request_json("POST", "/v1/chat/completions", body, facts=facts)
         try:
             first = data["choices"][0]["logprobs"]["content"][0]
             top = {e["id"]: e["logprob"] for e in first["top_logprobs"]}
@@ -339,6 +345,7 @@ class Upstream:
         slot: int,
         cache: bool,
         n_probs: int = 0,
+        facts: Facts | None = None,
     ) -> Completion:
         """Evaluate ``tokens`` in slot ``slot`` (``/completion``); with ``n_probs``, read the
         next token's top log-probabilities (of the raw logits: no grammar is sent, since
@@ -355,7 +362,9 @@ class Upstream:
             body["n_probs"] = n_probs
         # no per-call limit: a long prompt on a slow model reads for minutes, and every
         # caller bounds the read itself (a decision's deadline, the self-check's bound)
-        data = await self._request_json("POST", "/completion", body, timeout=self._read_timeout)
+        data = await self._request_json(
+            "POST", "/completion", body, timeout=self._read_timeout, facts=facts
+        )
         try:
             timings = data["timings"]
             cached, evaluated = int(timings["cache_n"]), int(timings["prompt_n"])
@@ -374,29 +383,34 @@ class Upstream:
         return Completion(NextToken(top, model, len(tokens), evaluated), cached, seconds)
 
     async def render(
-        self, messages: list[dict[str, Any]], template_kwargs: Mapping[str, Any] | None
+        self,
+        messages: list[dict[str, Any]],
+        template_kwargs: Mapping[str, Any] | None,
+        facts: Facts | None = None,
     ) -> str:
         """The prompt text the model's chat template makes of ``messages``."""
         body = {"messages": messages, "chat_template_kwargs": dict(template_kwargs or {})}
-        data = await self._request_json("POST", "/apply-template", body)
+        data = await self._request_json("POST", "/apply-template", body, facts=facts)
         prompt = data.get("prompt") if isinstance(data, dict) else None
         if not isinstance(prompt, str):
             raise UpstreamBadResponse("llama-server's /apply-template answer has no prompt")
         return prompt
 
-    async def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+    async def tokenize(
+        self, text: str, *, special: bool = False, facts: Facts | None = None
+    ) -> list[int]:
         """``text``'s token ids; ``special``: with the model's BOS, as a prompt's start."""
         body = {"content": text, "add_special": special}
-        data = await self._request_json("POST", "/tokenize", body)
+        data = await self._request_json("POST", "/tokenize", body, facts=facts)
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             raise UpstreamBadResponse("llama-server's /tokenize answer has no token ids")
         return tokens
 
-    async def model_info(self) -> ModelInfo:
+    async def model_info(self, facts: Facts | None = None) -> ModelInfo:
         """The served model (a router's: the bound one) from ``/v1/models``, with its build
         and GGUF path from ``/props``."""
-        data = await self._request_json("GET", "/v1/models", None)
+        data = await self._request_json("GET", "/v1/models", None, facts=facts)
         try:
             entries = data["data"]
             entry = (
@@ -416,7 +430,7 @@ class Upstream:
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise UpstreamBadResponse("llama-server's /v1/models answer names no model") from exc
         try:  # the build and the path are extras: a server without /props still serves
-            props = await self._request_json("GET", "/props", None)
+            props = await self._request_json("GET", "/props", None, facts=facts)
         except UpstreamError:
             return info
         if not isinstance(props, dict):
@@ -499,9 +513,9 @@ class Upstream:
         self._mark_up()
         return {200: True, 404: False, 501: False}.get(status)
 
-    async def total_slots(self) -> int | None:
+    async def total_slots(self, facts: Facts | None = None) -> int | None:
         """How many requests llama-server computes at once (``-np``), if it says."""
-        data = await self._request_json("GET", "/props", None)
+        data = await self._request_json("GET", "/props", None, facts=facts)
         slots = data.get("total_slots") if isinstance(data, dict) else None
         return slots if isinstance(slots, int) and slots > 0 else None
 
@@ -627,7 +641,9 @@ class Upstream:
         path: str,
         body: dict[str, Any] | None,
         timeout: aiohttp.ClientTimeout | None = None,
+        facts: Facts | None = None,
     ) -> Any:
+        """``facts``: the request's that waits on this call (its time is counted there)."""
         if self.model is not None:  # a router routes POSTs by body, GETs by query
             if body is not None:
                 body = {**body, "model": self.model}
@@ -635,7 +651,7 @@ class Upstream:
                 path += "?model=" + quote(self.model, safe="")
         data = None if body is None else orjson.dumps(body)
         try:
-            with upstream_timer():
+            with facts.upstream if facts is not None else _UNTIMED:
                 try:
                     status, raw = await self._call(method, path, data, timeout)
                 except aiohttp.ServerDisconnectedError:

@@ -33,6 +33,9 @@ Errors (all ``ValueError``s, so a route can answer 400):
     ├── ProfileNotFound      no such file
     ├── ProfileInvalid       the file is not a valid profile
     └── ProfileMismatch      fitted for another model or prompt format version
+
+Longer than 400 lines on purpose: the file format is read, validated and written here
+only, so that the fitting tools and the server can never disagree on what a profile is.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ items as a transcript, one ``role: text`` entry per item. Images are refused
 (this server reads text). ``parse_request`` raises ``InvalidRequest`` whose
 ``param`` names the field (``questions.2.choices``); ``response_body`` gives
 the answers in question order.
+
+Longer than 400 lines on purpose: the SDK's input items (messages, tool calls and their
+outputs, content parts), questions and answers are each a pydantic model, and the one
+wire format is kept in one module as protocol/'s other APIs are.
 """
 
 from __future__ import annotations

@@ -124,6 +124,6 @@ async def _decision(
         label_mass_floor=call.label_mass_floor,
         deadline=context.deadline,
     )
-    answered = await service.answer(asked)
+    answered = await service.answer(asked, context.facts)
     decided = recorded(app, context, asked, answered, service)
     return answered["0"], model, stream, decided

@@ -9,7 +9,7 @@ import orjson
 from aiohttp import web
 
 from ..admission import Work
-from ..app_keys import ADMISSION, ARRIVED, KIND, METRICS, MODELS, RECORDER, SETTINGS
+from ..app_keys import ADMISSION, ARRIVED, FACT_SHEET, KIND, METRICS, MODELS, RECORDER, SETTINGS
 from ..cost import CHUNK, DEFAULT_UBATCH, ONE, CostModel, kind_of
 from ..deadlines import Deadline, request_deadline
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
@@ -67,7 +67,7 @@ def routed(raw: bytes, body: dict[str, Any], service: DecisionService) -> bytes:
     """The body to relay for ``service``'s model: unchanged, except that behind a
     llama-server router it names the model the proxy resolved (a default name, an alias
     of ours or no name at all means nothing to the router)."""
-    model = service.upstream_model
+    model = service.upstream.model
     if model is None or body.get("model") == model:
         return raw
     return orjson.dumps({**body, "model": model})
@@ -89,6 +89,7 @@ def context_of(request: web.Request, api: str, **more: Any) -> Context:
         "invocations" if request.path == "/invocations" else api,
         request.get(ARRIVED) or time.perf_counter(),
         deadline=deadline_of(request),
+        facts=request[FACT_SHEET],
         **more,
     )
 
@@ -116,7 +117,7 @@ def recorded(
 ) -> Decided:
     """The decisions' ids, and their records made and sent where ``--decision-records``
     says (never failing the answer: a record that cannot be queued is counted, logged)."""
-    info = service.known_model
+    info = service.discovery.known
     return app[RECORDER].decided(context, asked, answered, info.build if info else None)
 
 
@@ -126,7 +127,7 @@ _BYTES_PER_TOKEN = 4
 
 def relayed_work(app: web.Application, path: str, body: dict[str, Any], raw: bytes) -> Work | None:
     """What a relayed request will take on the default model (``relayed_cost``)."""
-    cost = app[MODELS].default_service().cost
+    cost = app[MODELS].default_service().reader.cost
     settings = app[SETTINGS]
     return relayed_cost(path, body, raw, settings.relay_max_tokens, cost, settings.upstream_ubatch)
 

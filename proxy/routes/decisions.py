@@ -54,6 +54,6 @@ async def decisions_record(
     asked = Asked.about_state(
         call.state_text, call.questions, default_profile=False, deadline=context.deadline
     )
-    outcomes = await service.answer(asked)
+    outcomes = await service.answer(asked, context.facts)
     decided = recorded(app, replace(context, state=call.state_text), asked, outcomes, service)
     return response_body(call, outcomes, decided.ids, decided.records)

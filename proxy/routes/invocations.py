@@ -31,8 +31,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ..app_keys import API, KIND, METRICS, MODELS, SETTINGS
+from ..app_keys import API, FACT_SHEET, KIND, METRICS, MODELS, SETTINGS
 from ..errors import InvalidRequest, UpstreamTimeout, error_record
+from ..facts import Facts
 from ..middleware import handled
 from ..records import Context, request_id
 from .chat import chat_record, chat_reply
@@ -126,17 +127,26 @@ async def _jsonlines(request: web.Request) -> web.Response:
                 answers[i], missed = too_late, missed + 1
                 continue
             try:
+                # each line's own facts, on the payload's clock of time waiting on llama-server
+                facts = Facts(upstream=request[FACT_SHEET].upstream)
                 context = Context(
-                    payload, "invocations", time.perf_counter(), line=i, deadline=line_deadline
+                    payload,
+                    "invocations",
+                    time.perf_counter(),
+                    line=i,
+                    deadline=line_deadline,
+                    facts=facts,
                 )
                 async with asyncio.timeout_at(deadline):
                     answers[i] = orjson.dumps(await answer_line(app, raw, context))
+                if facts.estimate is not None:  # the payload's Server-Timing: the last one's
+                    request[FACT_SHEET].estimate = facts.estimate
             except TimeoutError:  # cut short: llama-server's work on it is cancelled
                 answers[i], missed = too_late, missed + 1
 
     async with asyncio.TaskGroup() as group:
         # as many at a time as the default model has slots (a router's each have their own)
-        slots = await (await app[MODELS].service(None)).total_slots()
+        slots = await (await app[MODELS].service(None)).discovery.total_slots()
         for _ in range(min(len(lines), slots)):
             group.create_task(worker())
     if missed:  # counted as the errors they are, logged once per payload

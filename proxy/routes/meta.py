@@ -79,7 +79,7 @@ async def models(request: web.Request) -> web.StreamResponse:
         infos = sorted(listed.models, key=lambda i: i.id != default)
         build = ""
     else:
-        infos = [await served.default_service().model()]
+        infos = [await served.default_service().discovery.model()]
         build = infos[0].build
     known = {info.id for info in listed.models}
     extra, listing = [], []
@@ -119,5 +119,5 @@ async def model(request: web.Request) -> web.StreamResponse:
             param="model",
         ) from exc
     # a router's model is not asked (/props would load it): described by its name alone
-    created = None if request.app[MODELS].several else (await service.model()).created
+    created = None if request.app[MODELS].several else (await service.discovery.model()).created
     return json_response(_entry(wanted, created))

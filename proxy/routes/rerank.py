@@ -49,7 +49,7 @@ async def rerank(request: web.Request) -> web.StreamResponse:
         service = await app[MODELS].service(model, strict=False)
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
-    if await service.reranks():  # a real reranker: its own answer, whatever the body says
+    if await service.discovery.reranks():  # a reranker: its own answer, whatever the body says
         path = "/v1/rerank" if request.path == "/v2/rerank" else request.path
         return await relay(request, app[UPSTREAM], routed(raw, body, service), path)
     settings = app[SETTINGS]
@@ -80,7 +80,7 @@ async def rerank(request: web.Request) -> web.StreamResponse:
             profile_debias=False,
             deadline=context.deadline,
         )
-    outcomes = await service.answer(asked)
+    outcomes = await service.answer(asked, context.facts)
     metrics = app[METRICS]
     metrics.rerank_documents.labels(call.method).observe(len(call.documents))
     metrics.rerank_seconds.labels(call.method).observe(

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..app_keys import KIND, MODELS, SETTINGS, UPSTREAM
+from ..app_keys import FACT_SHEET, KIND, MODELS, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
 from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, response_body
 from ..records import Context
@@ -51,7 +51,7 @@ async def system_one_reply(
     decision model."""
     request[KIND] = "decision"
     call, service = await _prepared(request.app, body, raw)
-    if not served_here(await service.model()):
+    if not served_here(await service.discovery.model(request[FACT_SHEET])):
         return await relay(
             request, request.app[UPSTREAM], routed(raw, body, service), "/v1/systemone"
         )
@@ -67,7 +67,7 @@ async def system_one_record(
     """The answer to a System One body as one JSON object (a jsonlines line): a native
     decision model is not asked line by line."""
     call, service = await _prepared(app, body, raw)
-    if not served_here(await service.model()):
+    if not served_here(await service.discovery.model(context.facts)):
         raise InvalidRequest(
             "llama-server serves a native decision model: send System "
             "One requests to it one at a time",
@@ -121,6 +121,6 @@ async def _answer(
         label_mass_floor=call.label_mass_floor,
         deadline=context.deadline,
     )
-    outcomes = await service.answer(asked)
+    outcomes = await service.answer(asked, context.facts)
     decided = recorded(app, replace(context, state=call.state_text), asked, outcomes, service)
     return response_body(call.model or DEFAULT_MODEL, outcomes, decided.ids, decided.records)

@@ -7,19 +7,12 @@ from types import SimpleNamespace
 import pytest
 
 import proxy.admission as admission_module
-from proxy.admission import (
-    Admission,
-    Work,
-    estimated_finish_s,
-    finish_s,
-    server_timing,
-    smoothed,
-    tokens_evaluated,
-    turns_s,
-)
+from proxy.admission import Admission, Work, server_timing
 from proxy.cost import CHUNK, ONE, CostModel
 from proxy.deadlines import Deadline
 from proxy.errors import InvalidRequest, Overloaded, UpstreamTimeout
+from proxy.facts import Facts
+from proxy.queueing import estimated_finish_s, finish_s, smoothed, turns_s
 from proxy.routes.common import relayed_cost
 
 
@@ -263,14 +256,12 @@ class _Clock:
 async def test_time_spent_waiting_for_a_llama_server_slot_is_not_taught_as_decision_time(
     monkeypatch, waited_s, elapsed_s, taught_s
 ):
-    from proxy.admission import slot_waited
-
     clock = _Clock()
     monkeypatch.setattr("proxy.admission.time", clock)
     admission = Admission(max_active=4, max_queued=4, deadline_s=10, retry_after_s=1)
-    async with admission.admit():
-        if waited_s:
-            slot_waited(waited_s)  # what proxy/kv.py reports when a lease had to wait
+    facts = Facts(slot_wait_s=2.0)  # waits before this admission are not its own
+    async with admission.admit(facts=facts):
+        facts.slot_wait_s += waited_s  # what proxy/kv.py counts when a lease had to wait
         await asyncio.sleep(0)
         clock.now += elapsed_s
     assert admission.decision_s == taught_s
@@ -343,10 +334,12 @@ async def test_a_decision_is_refused_when_it_would_push_one_admitted_before_past
     admission = Admission(max_active=16, max_queued=0, deadline_s=50, retry_after_s=1)
     async with contextlib.AsyncExitStack() as stack:
         # admitted at 1000 s, estimated 30 s: it must finish by 1040 s (80% of 50 s)
-        await stack.enter_async_context(admission.admit(Work(1500, 30.0)))
+        facts = Facts()
+        await stack.enter_async_context(admission.admit(Work(1500, 30.0), facts=facts))
+        assert facts.estimate == (Work(1500, 30.0), 30.0)  # for its Server-Timing header
         clock[0] += 10.0  # 10 s on, its prompt's first 500 tokens evaluated
         assert admission.ahead() == [30.0]  # how far it is comes from its reads, not time
-        tokens_evaluated(500)
+        facts.evaluated += 500  # what proxy/reader.py counts as a step comes back
         assert admission.ahead() == [pytest.approx(20.0)]
         assert admission.budget_s() == pytest.approx(30.0)
         # 20 + 12 = 32 s would be within its own 40 s, but all admitted work is done
@@ -419,10 +412,10 @@ async def test_work_that_waiting_would_let_finish_is_429_with_the_wait():
 
 
 def test_the_estimate_is_reported_in_server_timing_syntax():
-    assert server_timing([Work(1234, 2.5), 3.25]) == (
+    assert server_timing((Work(1234, 2.5), 3.25)) == (
         'semif-estimate;dur=3250;desc="1234 prompt tokens, 2.500 s idle"'
     )
-    assert server_timing([]) is None
+    assert server_timing(None) is None
 
 
 async def test_a_relayed_generation_counts_ahead_of_decisions():

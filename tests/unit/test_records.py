@@ -31,6 +31,7 @@ from proxy.decision.debias import divide_out
 from proxy.decision.outcome import Outcome
 from proxy.decision.question import choice_question, noul_question, score_question
 from proxy.decision.readout import Decision, decide
+from proxy.facts import Facts
 from proxy.metrics import Metrics
 from proxy.profile_store import DebiasPlan, ProfileStore, apply_profile
 from proxy.protocol.records import DecisionRecord
@@ -357,7 +358,7 @@ async def test_records_from_the_service_carry_the_raw_and_the_calibrated_probabi
     up = RecordedUpstream([{49: logprobs[0], 51: logprobs[1]}])
     service = DecisionService(up, n_probs=8, profiles=ProfileStore(tmp_path, "p"))
     asked = Asked.about_state("ticket", {"q": CHOICE})
-    answered = await service.answer(asked)
+    answered = await service.answer(asked, Facts())
     read = decide(CHOICE, logprobs)
     debiased = divide_out(read, (0.8, 0.2))
     assert answered.raw == {"q": debiased.probabilities}

@@ -4,6 +4,7 @@ answer, and what the upstream client sends for a router's model (proxy/upstream.
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
 from aiohttp import web
@@ -42,14 +43,20 @@ class Recorded:
         return bound
 
 
+class Discovered:
+    """A stand-in ``Discovery``: the one model served."""
+
+    async def model(self, facts=None) -> ModelInfo:
+        return ModelInfo("SmolLM2-135M-Instruct.Q4_1", None, None, ("smol",))
+
+
 class Service:
-    """A stand-in decision service: which upstream model it was made for."""
+    """A stand-in decision service: the upstream it was made for (``upstream.model``: the
+    router's model it reads) and what that serves."""
 
     def __init__(self, upstream: Recorded):
-        self.upstream_model = upstream.model
-
-    async def model(self) -> ModelInfo:
-        return ModelInfo("SmolLM2-135M-Instruct.Q4_1", None, None, ("smol",))
+        self.upstream = upstream
+        self.discovery = Discovered()
 
 
 def served(router: bool = True, **kwargs) -> tuple[ServedModels, Recorded]:
@@ -71,7 +78,7 @@ def served(router: bool = True, **kwargs) -> tuple[ServedModels, Recorded]:
 )
 async def test_a_router_routes_by_id_alias_or_default(name, model):
     models, _ = served()
-    assert (await models.service(name)).upstream_model == model
+    assert (await models.service(name)).upstream.model == model
     assert models.several
 
 
@@ -80,7 +87,7 @@ async def test_one_service_per_model_and_the_default_is_configurable():
     first = await models.service("smollm2")
     assert await models.service("smollm2") is first
     assert await models.service(None) is first and await models.service("house-model") is first
-    assert (await models.service("qwen")).upstream_model == "qwen3-4b"
+    assert (await models.service("qwen")).upstream.model == "qwen3-4b"
     assert upstream.lists == 1  # the list is asked once while every name is known
 
 
@@ -108,7 +115,7 @@ async def test_a_default_model_the_router_does_not_list_is_the_servers_error():
 async def test_one_model_answers_its_names_and_chat_takes_any():
     models, _ = served(router=False)
     single = await models.service(None)
-    assert single.upstream_model is None and not models.several  # nothing named upstream
+    assert single.upstream.model is None and not models.several  # nothing named upstream
     for name in ("jev-latest", "gpt-6-luna", "SmolLM2-135M-Instruct.Q4_1", "smol"):
         assert await models.service(name) is single
     with pytest.raises(UnknownModel):
@@ -168,10 +175,10 @@ def test_a_relay_to_a_router_names_the_resolved_model():
     from proxy.routes.common import routed
 
     class Bound:
-        upstream_model = "qwen3-4b"
+        upstream = SimpleNamespace(model="qwen3-4b")
 
     class Single:
-        upstream_model = None
+        upstream = SimpleNamespace(model=None)
 
     raw = b'{"model": "jev-latest", "query": "q"}'
     body = orjson.loads(raw)

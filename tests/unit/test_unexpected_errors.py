@@ -20,7 +20,7 @@ class Broken(Upstream):
     async def models_list(self):
         raise RuntimeError("a bug")
 
-    async def model_info(self):
+    async def model_info(self, facts=None):
         raise KeyError("another bug")
 
 
