@@ -1,12 +1,14 @@
 """Golden replay: does another checkout's proxy answer every decision exactly as this one?
 
-    .venv/bin/python bench/golden.py --before /path/to/other/checkout [--n 520]
-    .venv/bin/python bench/golden.py --before HEAD~3            # a commit: checked out for the run
-    .venv/bin/python bench/golden.py                            # this checkout against itself
+    .venv/bin/python bench/golden.py --before /path/to/other/checkout [--n 400]
+    .venv/bin/python bench/golden.py --before HEAD~3      # a commit: checked out for the run
+    .venv/bin/python bench/golden.py                      # this checkout against itself
+    .venv/bin/python bench/golden.py --before C --save F  # only C's run, kept in F ...
+    .venv/bin/python bench/golden.py --against F          # ... and this checkout against it
 
 For each checkout (``--before`` first, then this one) a fresh llama-server starts as
 `make run` starts it, and that checkout's proxy before it, with decision records written
-to a file (``--decision-records-inputs`` on). The same ``--n`` decision requests are
+to a file (``--decision-records-inputs`` on). The same ``--n`` requests (400: 520 decisions) are
 sent one at a time: System One, chat completions with ``semif`` (every kind, each debias
 mode on the kinds that allow one, both prompt layouts, streamed and not), the OpenAI
 Decisions API, rerank, and ``/invocations`` with each body shape and a jsonlines
@@ -190,6 +192,8 @@ def replay(checkout: Path, asked: list[tuple[str, str, dict | bytes]]) -> tuple[
         key.write_bytes(b"golden replay key, the same for every run")  # comparable prompt_hash
         extra = ["--decision-records", str(records), "--decision-records-inputs"]
         extra += ["--decision-records-key-file", str(key)]
+        # a loaded machine answers later, never otherwise: no answer is a 504 for the load
+        extra += ["--decision-deadline-s", "900", "--invocations-timeout-s", "1800"]
         with _proxy_of(checkout, upstream, extra) as url, httpx.Client(timeout=600) as client:
             answers, began = [], time.monotonic()
             for route, path, body in asked:
@@ -233,8 +237,8 @@ def _checkout(before: str) -> Iterator[Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", default=str(ROOT), help="a checkout's folder or a commit")
-    parser.add_argument("--n", type=int, default=520, help="decision requests (default 520)")
-    parser.add_argument("--save", type=Path, help="also write the before run to this file")
+    parser.add_argument("--n", type=int, default=400, help="requests (default 400: 520 decisions)")
+    parser.add_argument("--save", type=Path, help="only replay --before, into this file")
     parser.add_argument("--against", type=Path, help="a file --save wrote, in place of a run")
     args = parser.parse_args()
     print(describe())
@@ -251,6 +255,8 @@ def main() -> int:
             old["answers"], old["records"] = replay(before, asked)
         if args.save:
             args.save.write_text(json.dumps(old))
+            print(f"saved in {args.save}: compare with --against {args.save}")
+            return 0
     new_answers, new_records = replay(ROOT, asked)
     print(f"before: {old['checkout']} ({old['head']}); after: {ROOT} ({_head(ROOT)})")
     return _compare(old["answers"], old["records"], new_answers, new_records)
