@@ -16,7 +16,7 @@ from .errors import UpstreamError
 from .metrics import Metrics
 from .middleware import MIDDLEWARES
 from .profile_store import ProfileStore
-from .records import open_recorder
+from .recorder import open_recorder
 from .routes.chat import chat_completions
 from .routes.decisions import decisions
 from .routes.invocations import execution_parameters, invocations

@@ -9,7 +9,7 @@ from .config import Settings
 from .facts import Facts
 from .metrics import Metrics
 from .profile_store import ProfileStore
-from .records import Recorder
+from .recorder import Recorder
 from .served import ServedModels
 from .upstream import Upstream
 

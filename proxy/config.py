@@ -47,7 +47,7 @@ class Settings:
     model_aliases: str = ""  # more names for the served model, comma-separated (proxy/names.py)
     default_model: str = ""  # a llama-server router's model for requests naming none
     upstream_ubatch: int = 0  # llama-server's -ub when 2 to 63: the prefix read (proxy/kv.py)
-    decision_records: str = "off"  # off | stdout | answer | a file path (proxy/records.py)
+    decision_records: str = "off"  # off | stdout | answer | a file path (proxy/recorder.py)
     decision_records_inputs: bool = False  # the conversation or state in each record
     decision_records_key_file: str = ""  # the prompt hashes' HMAC key ("": random per start)
     decision_records_buffer: int = 10_000  # records queued for the sink; dropped beyond

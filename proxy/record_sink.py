@@ -5,7 +5,7 @@ Writing never blocks the event loop and never fails a decision: when the queue i
 record is dropped, counted in ``semif_decision_records_dropped_total`` and logged at most
 once a minute; a write that fails drops its batch the same way. Records handed to the sink
 are counted in ``semif_decision_records_written_total``. The records themselves, and the
-decision ids: ``proxy/records.py``; the policy: docs/records.md.
+decision ids: ``proxy/recorder.py``; the policy: docs/records.md.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ class Asked:
 
 class Answered(dict[str, Outcome]):
     """``DecisionService.answer``'s outcomes by question id (a dict, read as before), and
-    for the decision records (proxy/records.py): ``raw``, each question's probabilities
+    for the decision records (proxy/recorder.py): ``raw``, each question's probabilities
     after debiasing and before calibration (the options in the caller's order), and
     ``profile``, the calibration profile applied (None: none)."""
 

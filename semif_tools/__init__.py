@@ -11,15 +11,15 @@
 (``make venv`` installs it). They import ``proxy`` (the profile format, the maps, the
 prompt version); ``proxy`` imports nothing from here (tests/unit/test_imports.py).
 
-    client.py     the one HTTP client (httpx) and the one retry policy (tenacity)
-    progress.py   the one progress bar (tqdm, on stderr)
-    batch.py      the batch command
-    calibrate/    the calibrate command: reading, fitting, the report (see its __init__)
-    records.py    decision records read back: load (one per decision id), keys, agree
-    outcomes.py   outcomes read and written (CSV, as AWS documents), joined to records
-    files.py      the files a command is given: files, or synced dated folders
-    drift_cli.py  the drift command; drift.py its table, drift_page.py its HTML page
-    capture.py    records-from-capture: decision records from SageMaker Data Capture files
+    client.py       the one HTTP client (httpx) and the one retry policy (tenacity)
+    progress.py     the one progress bar (tqdm, on stderr)
+    batch.py        the batch command
+    calibrate/      the calibrate command: reading, fitting, the report (see its __init__)
+    record_files.py decision records read back: load (one per decision id), keys, agree
+    outcomes.py     outcomes read and written (CSV, as AWS documents), joined to records
+    files.py        the files a command is given: files, or synced dated folders
+    drift_cli.py    the drift command; drift.py its table, drift_page.py its HTML page
+    capture.py      records-from-capture: decision records from SageMaker Data Capture files
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from .calibrate.stats import (
     clopper_pearson_lower,
     wilson_interval,
 )
-from .records import AGREED, FITTED_APIS, Record
+from .record_files import AGREED, FITTED_APIS, Record
 
 __all__ = [
     "BINS",

@@ -16,7 +16,7 @@ from proxy.calibration.profile import DEFAULT_DIR, Profile, load
 from .calibrate.stats import BOOTSTRAP_RESAMPLES, DEFAULT_LEVEL
 from .drift import decisions, drift_table, parse_window
 from .outcomes import join, load_outcomes
-from .records import RecordError, load_records
+from .record_files import RecordError, load_records
 
 __all__ = ["build_parser", "main"]
 

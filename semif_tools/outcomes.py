@@ -1,7 +1,7 @@
 """Outcomes, the labels decisions get later, read, written and joined to their records.
 
 The shape (SageMaker Model Monitor's ground truth), its two encodings and the keys an outcome
-may name its decision by are described in ``records.py``'s docstring; ``write_outcomes``
+may name its decision by are described in ``record_files.py``'s docstring; ``write_outcomes``
 writes CSV, the encoding AWS documents. ``join`` pairs each outcome with its record, in the
 outcomes' order (the labelled set's order: see ``semif_tools/calibrate/from_records.py``), and
 counts what does not pair.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .records import FITTED_APIS, Loaded, Record, RecordError, json_lines
+from .record_files import FITTED_APIS, Loaded, Record, RecordError, json_lines
 
 __all__ = [
     "Outcome",

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from proxy.records import SAGEMAKER_INFERENCE_ID, escape_id
+from proxy.recorder import SAGEMAKER_INFERENCE_ID, escape_id
 from semif_tools.__main__ import main as tools_main
 from semif_tools.calibrate.cli import main as calibrate
 from semif_tools.calibrate.dataset import parse_item

@@ -35,7 +35,7 @@ class Outcome:
     repeatable: bool | None = None  # the server's self-check (decision/selfcheck.py); None: not yet
     layout: str = "conversation_first"  # decision/prompt.py's LAYOUTS (System One: state first)
     # the prompt's token ids as read (the options in the caller's order), for the decision
-    # record's keyed hash (proxy/records.py); empty when read through the chat endpoint
+    # record's keyed hash (proxy/recorder.py); empty when read through the chat endpoint
     prompt_ids: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     @property

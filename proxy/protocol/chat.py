@@ -219,7 +219,7 @@ def completion_body(
 ) -> dict[str, Any]:
     """The ``chat.completion``; with ``top_logprobs`` (the request asked for logprobs) the
     distribution also in ``choices[0].logprobs``, where every OpenAI client keeps it.
-    ``decision_id`` and ``record`` (proxy/records.py) go in ``semif``."""
+    ``decision_id`` and ``record`` (proxy/recorder.py) go in ``semif``."""
     semif = semif_object(outcome)
     logprobs = None
     if top_logprobs is not None:

@@ -550,7 +550,7 @@ def response_body(
 ) -> dict[str, Any]:
     """The SDK's ``Decision``. Usage has OpenAI's meaning: input tokens are every prompt
     token read, of which ``cached_tokens`` came from llama-server's prompt cache; output
-    tokens are the one-token reads. ``ids`` and ``records`` (proxy/records.py), by
+    tokens are the one-token reads. ``ids`` and ``records`` (proxy/recorder.py), by
     question id, in each answer's ``x_decision_id`` and ``x_record``."""
     qids = list(call.questions)
     used = [outcomes[qid] for qid in qids]

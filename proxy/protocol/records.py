@@ -1,7 +1,7 @@
 """The decision record ``semif.decision/1`` (docs/records.md): the one model that the proxy
-writes (``proxy/records.py``, with ``model_construct``: its values are the proxy's own), that
+writes (``proxy/recorder.py``, with ``model_construct``: its values are the proxy's own), that
 answers carry with ``--decision-records answer``, that the OpenAPI document shows, and that
-the offline tools read back (``semif_tools/records.py``, ``semif_tools/capture.py``, with
+the offline tools read back (``semif_tools/record_files.py``, ``semif_tools/capture.py``, with
 ``model_validate``).
 
 ``dump`` is the record's one serialisation: its fields in the model's order, ``input`` only

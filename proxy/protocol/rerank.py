@@ -273,7 +273,7 @@ def response_body(
     records: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The ranked answer: best first (the caller's order among equals), ``top_n`` of them.
-    ``ids`` (by question id, proxy/records.py): each result's ``x_decision_id``;
+    ``ids`` (by question id, proxy/recorder.py): each result's ``x_decision_id``;
     ``records``: every one in ``x_records``."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[: call.top_n]
     results = []

@@ -231,7 +231,7 @@ def response_body(
     ids: Mapping[str, str] | None = None,
     records: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The System One answer; ``ids`` and ``records`` (proxy/records.py), by question id,
+    """The System One answer; ``ids`` and ``records`` (proxy/recorder.py), by question id,
     in each answer's ``x_decision_id`` and ``x_record``."""
     answers = {}
     for qid, outcome in outcomes.items():

@@ -13,7 +13,7 @@ from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunks
 from ..protocol.relayed import relayed_body
 from ..protocol.semif import parse_semif, refuse_incompatible, requested_logprobs
-from ..records import Context, Decided
+from ..recorder import Context, Decided
 from ..served import UnknownModel
 from ..service import Asked
 from .common import (

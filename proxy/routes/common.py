@@ -14,7 +14,7 @@ from ..cost import CHUNK, DEFAULT_UBATCH, ONE, CostModel, kind_of
 from ..deadlines import Deadline, request_deadline
 from ..errors import InvalidRequest, UpstreamError, openai_error_body
 from ..protocol.relayed import generation_tokens
-from ..records import Context, Decided, request_id
+from ..recorder import Context, Decided, request_id
 from ..service import Answered, Asked, DecisionService
 from ..upstream import Upstream
 
@@ -82,7 +82,7 @@ def json_response(
 
 
 def context_of(request: web.Request, api: str, **more: Any) -> Context:
-    """A decision request's id, arrival and deadline (proxy/records.py); its API's name,
+    """A decision request's id, arrival and deadline (proxy/recorder.py); its API's name,
     or "invocations" when it came through SageMaker's path."""
     return Context(
         request_id(request.headers, request.app[METRICS]),

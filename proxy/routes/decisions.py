@@ -10,7 +10,7 @@ from aiohttp import web
 from ..app_keys import KIND, MODELS, SETTINGS
 from ..errors import InvalidRequest
 from ..protocol.decisions import parse_request, response_body
-from ..records import Context
+from ..recorder import Context
 from ..served import UnknownModel
 from ..service import Asked
 from .common import check_depth, context_of, json_object, json_response, recorded, request_header

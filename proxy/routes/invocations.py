@@ -35,7 +35,7 @@ from ..app_keys import API, FACT_SHEET, KIND, METRICS, MODELS, SETTINGS
 from ..errors import InvalidRequest, UpstreamTimeout, error_record
 from ..facts import Facts
 from ..middleware import handled
-from ..records import Context, request_id
+from ..recorder import Context, request_id
 from .chat import chat_record, chat_reply
 from .common import check_depth, deadline_of, json_object
 from .decisions import decisions_record, decisions_reply

@@ -14,7 +14,7 @@ from aiohttp import web
 from ..app_keys import FACT_SHEET, KIND, MODELS, SETTINGS, UPSTREAM
 from ..errors import InvalidRequest, Unprocessable
 from ..protocol.systemone import DEFAULT_MODEL, SystemOneCall, parse_request, response_body
-from ..records import Context
+from ..recorder import Context
 from ..served import UnknownModel
 from ..service import Asked, DecisionService
 from ..upstream import ModelInfo

@@ -34,7 +34,7 @@ from proxy.decision.question import NOUL_NAMES
 
 from ..files import data_files
 from ..outcomes import Joined, join, load_outcomes
-from ..records import AGREED, Record, RecordError, disagreement, group_key, load_records
+from ..record_files import AGREED, Record, RecordError, disagreement, group_key, load_records
 from .dataset import data_sha256
 from .fit import KINDS, Labelled
 from .profile_fit import Fitted, check_settings, fit_profile, parse_methods, summarise

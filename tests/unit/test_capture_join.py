@@ -17,7 +17,7 @@ from proxy.app import create_app
 from proxy.config import Settings
 from semif_tools import capture
 from semif_tools.outcomes import join, outcome_line, parse_outcome
-from semif_tools.records import load_records
+from semif_tools.record_files import load_records
 from tests.standin import StandIn
 
 KEY = b"k" * 16

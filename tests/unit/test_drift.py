@@ -20,7 +20,7 @@ from semif_tools.drift import (
 )
 from semif_tools.drift_cli import main
 from semif_tools.outcomes import join, load_outcomes
-from semif_tools.records import load_records
+from semif_tools.record_files import load_records
 
 EXACT = {"rel": 1e-12, "abs": 1e-15}
 DAY = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)

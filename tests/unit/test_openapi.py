@@ -461,8 +461,8 @@ async def test_the_routes_own_answers_are_documented():
 
 
 def _with_records(outcomes, api, *, question_ids=True, inputs=True):
-    """Each outcome's decision id and record (proxy/records.py), inputs included."""
-    from proxy.records import Context, decision_ids, records_of
+    """Each outcome's decision id and record (proxy/recorder.py), inputs included."""
+    from proxy.recorder import Context, decision_ids, records_of
     from proxy.service import Asked
 
     questions = {qid: o.decision.question for qid, o in outcomes.items()}

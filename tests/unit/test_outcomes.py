@@ -17,7 +17,7 @@ from semif_tools.outcomes import (
     parse_outcome,
     write_outcomes,
 )
-from semif_tools.records import RecordError, join_keys, parse_record
+from semif_tools.record_files import RecordError, join_keys, parse_record
 from tests.data.aws_samples import AWS_GROUND_TRUTH
 
 HASH = "hmac-sha256:" + "ab" * 32

@@ -1,4 +1,4 @@
-"""Decision records (proxy/records.py, proxy/record_sink.py): ids, the record's exact
+"""Decision records (proxy/recorder.py, proxy/record_sink.py): ids, the record's exact
 fields, the keyed hash, inputs only when asked, and a sink that stalls (answers go on, the
 queue stays bounded, drops are counted), and records larger than a pipe keeps whole that
 never tear on stdout."""
@@ -36,7 +36,7 @@ from proxy.metrics import Metrics
 from proxy.profile_store import DebiasPlan, ProfileStore, apply_profile
 from proxy.protocol.records import DecisionRecord
 from proxy.record_sink import RecordWriter, sink_writer
-from proxy.records import (
+from proxy.recorder import (
     ANSWER,
     OFF,
     Context,
@@ -50,7 +50,7 @@ from proxy.records import (
     request_id,
 )
 from proxy.service import Answered, Asked, DecisionService
-from semif_tools.records import load_records
+from semif_tools.record_files import load_records
 from tests.conftest import free_port
 from tests.standin import StandIn
 from tests.unit.test_service import RecordedUpstream

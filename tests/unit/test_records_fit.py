@@ -1,4 +1,4 @@
-"""Decision records and outcomes read back (semif_tools/records.py), and the fit from records
+"""Decision records and outcomes read back (semif_tools/record_files.py), and the fit from records
 (semif_tools/calibrate/from_records.py): the same profile as the re-reading fit."""
 
 import json
@@ -16,7 +16,7 @@ from semif_tools.calibrate.profile_fit import fit_profile
 from semif_tools.calibrate.read import Reading
 from semif_tools.capture import read_capture
 from semif_tools.outcomes import gold_index, join, load_outcomes, parse_outcome
-from semif_tools.records import RecordError, disagreement, load_records, parse_record
+from semif_tools.record_files import RecordError, disagreement, load_records, parse_record
 
 MODEL, BUILD, FORMAT, SCHEME = "smollm2-135m.gguf", "b11434", "semif-3", "prefix-63"
 CREATED = "2026-12-03T10:00:00Z"

@@ -1,4 +1,4 @@
-"""semif_tools/records.py and files.py: records read from files and from folders as
+"""semif_tools/record_files.py and files.py: records read from files and from folders as
 ``aws s3 sync`` leaves them, one record per decision id (the last of repeats kept, records
 that differ left out, both counted, nothing aborted)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from semif_tools.files import data_files
-from semif_tools.records import load_records, parse_record, unique_records
+from semif_tools.record_files import load_records, parse_record, unique_records
 from tests.unit.test_outcomes import HASH, record
 
 OTHER = "hmac-sha256:" + "cd" * 32

@@ -2,7 +2,7 @@
 one llama-server, side by side in one run, records off, to stdout read through a pipe (a
 container runtime's log collector), to stdout on /dev/null, and to a file.
 
-    .venv/bin/python bench/records.py [--requests 600] [--rounds 12] [--questions 8]
+    .venv/bin/python bench/records_cost.py [--requests 600] [--rounds 12] [--questions 8]
                                       [--concurrency 1,8] [--standin]
 
 Two bodies: a chat decision (one record) and a System One request of ``--questions``

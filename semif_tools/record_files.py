@@ -163,7 +163,7 @@ def join_keys(decision_id: str, capture: Any = None) -> tuple[str, ...]:
     ``event_id``, each followed by the decision's place in its invocation, which is the
     decision id from its first ``/`` on (nothing for an invocation of one decision;
     ``/<question id>``, ``/<line>`` or ``/<line>/<question id>`` otherwise: a decision id's
-    request part holds no ``/``, proxy/records.py's ``escape_id``)."""
+    request part holds no ``/``, proxy/recorder.py's ``escape_id``)."""
     _, slash, place = decision_id.partition("/")
     keys = [decision_id]
     if isinstance(capture, dict):
