@@ -5,6 +5,7 @@
     .venv/bin/python bench/golden.py                      # this checkout against itself
     .venv/bin/python bench/golden.py --before C --save F  # only C's run, kept in F ...
     .venv/bin/python bench/golden.py --against F          # ... and this checkout against it
+    .venv/bin/python bench/golden.py --compare F G        # two runs --save kept
 
 For each checkout (``--before`` first, then this one) a fresh llama-server starts as
 `make run` starts it, and that checkout's proxy before it, with decision records written
@@ -240,10 +241,17 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=400, help="requests (default 400: 520 decisions)")
     parser.add_argument("--save", type=Path, help="only replay --before, into this file")
     parser.add_argument("--against", type=Path, help="a file --save wrote, in place of a run")
+    parser.add_argument("--compare", type=Path, nargs=2, help="two files --save wrote: no run")
     args = parser.parse_args()
     print(describe())
     print(command_line())
     asked = requests(args.n)
+    if args.compare:
+        old, new = (json.loads(path.read_text()) for path in args.compare)
+        print(
+            f"before: {old['checkout']} ({old['head']}); after: {new['checkout']} ({new['head']})"
+        )
+        return _compare(old["answers"], old["records"], new["answers"], new["records"])
     if args.against:
         old = json.loads(args.against.read_text())
         print(f"before: {old['checkout']} ({old['head']}), saved in {args.against}")
