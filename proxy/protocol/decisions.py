@@ -48,7 +48,7 @@ from ..decision.question import (
 from ..decision.readout import Decision, choice_confidence, expected_level, score_confidence
 from ..errors import InvalidRequest
 from .records import DecisionRecord
-from .wire import Count, Open, Probability
+from .wire import Count, Open, Probability, param_of
 
 __all__ = [
     "MAX_QUESTIONS",
@@ -324,7 +324,7 @@ def parse_request(body: dict[str, Any]) -> DecisionsCall:
         request = DecisionsRequest.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = _param(body, first["loc"], keep_last=first["type"] == "missing")
+        param = param_of(body, first["loc"], keep_last=first["type"] == "missing")
         message = first["msg"]
         if (
             first["type"] == "string_pattern_mismatch"
@@ -340,22 +340,6 @@ def parse_request(body: dict[str, Any]) -> DecisionsCall:
 def _refused(message: str, loc: tuple[str | int, ...]) -> InvalidRequest:
     param = ".".join(str(part) for part in loc)
     return InvalidRequest(f"{param}: {message}", param=param)
-
-
-def _param(body: Any, loc: tuple[str | int, ...], *, keep_last: bool) -> str:
-    """The dotted path of the steps of ``loc`` found in ``body``: pydantic's union
-    tags are skipped; the last step (a missing field) is kept when asked."""
-    parts: list[str] = []
-    here = body
-    for i, step in enumerate(loc):
-        if isinstance(here, dict) and isinstance(step, str) and step in here:
-            here = here[step]
-        elif isinstance(here, list) and isinstance(step, int) and 0 <= step < len(here):
-            here = here[step]
-        elif not (keep_last and i == len(loc) - 1):
-            continue
-        parts.append(str(step))
-    return ".".join(parts)
 
 
 def _state_text(value: str | list[Any]) -> str:
