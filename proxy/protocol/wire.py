@@ -38,6 +38,8 @@ __all__ = [
     "Layout",
     "PromptFormat",
     "Absent",
+    "NOT_BLANK",
+    "NonBlank",
     "param_of",
     "refusal",
 ]
@@ -107,6 +109,11 @@ Layout = Literal["conversation_first", "options_first"]
 PromptFormat = Literal["semif-1", "semif-3"]
 
 
+# text that is not only white space (``refusal`` words its refusal "must not be empty")
+NOT_BLANK = r"[^\s\x1c-\x1f]"  # Python's white space (str.isspace) included
+NonBlank = Annotated[str, Field(pattern=NOT_BLANK)]
+
+
 def _not_null(value: str | None) -> str | None:
     if value is None:
         raise PydanticCustomError("not_null", "must be a string; leave it out rather than null")
@@ -137,7 +144,12 @@ def param_of(body: object, loc: tuple[str | int, ...], *, keep_last: bool) -> st
 def refusal(exc: ValidationError, body: object) -> tuple[str, str]:
     """The field a model's first error names (``param_of``) and its message."""
     first = exc.errors()[0]
-    return param_of(body, first["loc"], keep_last=first["type"] == "missing"), first["msg"]
+    message = first["msg"]
+    if first["type"] == "string_pattern_mismatch" and first.get("ctx", {}).get("pattern") == (
+        NOT_BLANK
+    ):
+        message = "must not be empty"
+    return param_of(body, first["loc"], keep_last=first["type"] == "missing"), message
 
 
 class TextPart(Open):
