@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import ConfigDict, Discriminator, Field, SerializeAsAny, Tag, ValidationError
 
 from ..decision.outcome import Outcome
 from ..decision.prompt import (
@@ -143,7 +143,8 @@ class RerankResponse(Open):
     )
     x_prompt_format_version: Literal["semif-1"]
     x_calibration: Calibrated | None = None
-    x_records: list[DecisionRecord] | None = Field(
+    # the records as ``DecisionRecord.dump`` gave them (dicts): written as they are
+    x_records: list[SerializeAsAny[DecisionRecord]] | None = Field(
         None,
         description="with --decision-records answer: every decision's record, in the "
         "documents' order (pointwise; those top_n leaves out too) or the one (listwise)",
@@ -278,7 +279,8 @@ def response_body(
     ids: Mapping[str, str] | None = None,
     records: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ranked answer: best first (the caller's order among equals), ``top_n`` of them.
+    """The ranked answer (a ``RerankResponse``, dumped): best first (the caller's order
+    among equals), ``top_n`` of them.
     ``ids`` (by question id, proxy/records.py): each result's ``x_decision_id``;
     ``records``: every one in ``x_records``."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[: call.top_n]
@@ -286,26 +288,34 @@ def response_body(
     for i in order:
         result: dict[str, Any] = {"index": i, "relevance_score": scores[i]}
         if call.return_documents:
-            result["document"] = {"text": call.documents[i]}
+            result["document"] = _TextDocument.model_construct(text=call.documents[i])
         if ids is not None:
             result["x_decision_id"] = ids["0" if call.method == "listwise" else str(i)]
-        results.append(result)
+        results.append(_Ranked.model_construct(**result))
     prompt = sum(o.tokens_in for o in outcomes.values())
     evaluated = sum(o.prompt_evaluated for o in outcomes.values())
-    body: dict[str, Any] = {
-        "id": uuid.uuid4().hex,
-        "model": model,
-        "object": "list",
-        "results": results,
-        "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
-        "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}},
-        "x_method": call.method,
-        "x_evaluated_tokens": evaluated,  # what llama-server computed; the rest was cached
-        "x_prompt_format_version": PROMPT_FORMAT_VERSION,
-    }
+    body: dict[str, Any] = {}
     calibrated = next((o.calibration for o in outcomes.values() if o.calibration), None)
     if calibrated:
-        body["x_calibration"] = calibrated
+        body["x_calibration"] = Calibrated.model_construct(None, **calibrated)
     if records is not None:
         body["x_records"] = list(records.values())
-    return body
+    return RerankResponse.model_construct(
+        id=uuid.uuid4().hex,
+        model=model,
+        object="list",
+        results=results,
+        usage=_RerankUsage.model_construct(prompt_tokens=prompt, total_tokens=prompt),
+        meta=_COHERE_META,
+        x_method=call.method,
+        x_evaluated_tokens=evaluated,  # what llama-server computed; the rest was cached
+        x_prompt_format_version=PROMPT_FORMAT_VERSION,
+        **body,
+    ).model_dump(exclude_unset=True)
+
+
+# Cohere's meta, the same in every answer
+_COHERE_META = _CohereMeta.model_construct(
+    api_version=_Version.model_construct(version="2"),
+    billed_units=_Billed.model_construct(search_units=1),
+)
