@@ -52,7 +52,7 @@ from ..decision.question import (
 from ..decision.readout import Decision, choice_confidence, expected_level, score_confidence
 from ..errors import InvalidRequest
 from .records import DecisionRecord
-from .wire import Count, Open, Probability
+from .wire import Count, NonBlank, Open, Probability, refusal
 
 __all__ = [
     "MAX_QUESTIONS",
@@ -137,9 +137,6 @@ _TEXT_OR_LIST = Discriminator(
     custom_error_message="must be a string or a list of parts",
 )
 _Text = Annotated[str, Tag("text")]
-# text that is not only white space (``_NOT_BLANK``'s refusal reads "must not be empty")
-_NOT_BLANK = r"[^\s\x1c-\x1f]"  # Python's white space (str.isspace) included
-_NonBlank = Annotated[str, Field(pattern=_NOT_BLANK)]
 _NoImage = SkipJsonSchema[_Image]
 _UserPart = Annotated[_InputText | _NoImage | _Json, Field(discriminator="type")]
 _AssistantPart = Annotated[_OutputText | _Refusal, Field(discriminator="type")]
@@ -150,7 +147,7 @@ _TextContent = Annotated[_Text | Annotated[list[_InputText], Tag("list")], _TEXT
 _AssistantContent = Annotated[_Text | Annotated[list[_AssistantPart], Tag("list")], _TEXT_OR_LIST]
 _OutputContent = Annotated[_Text | Annotated[list[_OutputPart], Tag("list")], _TEXT_OR_LIST]
 _Instructions = Annotated[
-    Annotated[_NonBlank, Tag("text")]
+    Annotated[NonBlank, Tag("text")]
     | Annotated[list[_InstructionPart], Field(min_length=1), Tag("list")],
     _TEXT_OR_LIST,
 ]
@@ -256,7 +253,7 @@ class _DecisionsPredicate(_Question):
 
 
 class _ChoiceOption(_Strict):
-    value: _NonBlank | bool  # typed: "true" and true are different values
+    value: NonBlank | bool  # typed: "true" and true are different values
     description: str | None = None
 
 
@@ -269,7 +266,7 @@ class _DecisionsChoice(_Question):
 
 
 class _Level(_Strict):
-    label: _NonBlank
+    label: NonBlank
     description: str | None = None
 
 
@@ -327,14 +324,7 @@ def parse_request(body: dict[str, Any]) -> DecisionsCall:
     try:
         request = DecisionsRequest.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = _param(body, first["loc"], keep_last=first["type"] == "missing")
-        message = first["msg"]
-        if (
-            first["type"] == "string_pattern_mismatch"
-            and first.get("ctx", {}).get("pattern") == _NOT_BLANK
-        ):
-            message = "must not be empty"
+        param, message = refusal(exc, body)
         raise InvalidRequest(f"{param or 'body'}: {message}", param=param or None) from exc
     state_text = _state_text(request.input)
     asked = tuple(_ask(q, ("questions", i)) for i, q in enumerate(request.questions))
@@ -344,22 +334,6 @@ def parse_request(body: dict[str, Any]) -> DecisionsCall:
 def _refused(message: str, loc: tuple[str | int, ...]) -> InvalidRequest:
     param = ".".join(str(part) for part in loc)
     return InvalidRequest(f"{param}: {message}", param=param)
-
-
-def _param(body: Any, loc: tuple[str | int, ...], *, keep_last: bool) -> str:
-    """The dotted path of the steps of ``loc`` found in ``body``: pydantic's union
-    tags are skipped; the last step (a missing field) is kept when asked."""
-    parts: list[str] = []
-    here = body
-    for i, step in enumerate(loc):
-        if isinstance(here, dict) and isinstance(step, str) and step in here:
-            here = here[step]
-        elif isinstance(here, list) and isinstance(step, int) and 0 <= step < len(here):
-            here = here[step]
-        elif not (keep_last and i == len(loc) - 1):
-            continue
-        parts.append(str(step))
-    return ".".join(parts)
 
 
 def _state_text(value: str | list[Any]) -> str:

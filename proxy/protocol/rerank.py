@@ -14,7 +14,8 @@ Pointwise (the default): each document's relevance is P(yes) of its own yes/no q
 about the query, read as every decision is; the query comes first, so llama-server
 computes it once and each document costs its own tokens. Listwise: one choice over all
 documents, one read, scores that sum to 1 (which document is best). ``parse_request``
-raises ``InvalidRequest`` whose ``param`` names the field.
+validates a body with ``RerankRequest`` and raises ``InvalidRequest`` whose ``param``
+names the field.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Discriminator, Field, SerializeAsAny, Tag, ValidationError
 
 from ..decision.outcome import Outcome
 from ..decision.prompt import (
@@ -37,7 +38,7 @@ from ..decision.question import MAX_OPTIONS, Question, choice_question, noul_que
 from ..errors import InvalidRequest
 from .answers import Calibrated
 from .records import DecisionRecord
-from .wire import Count, Open, Probability
+from .wire import Count, NonBlank, Open, Probability, refusal
 
 __all__ = [
     "METHODS",
@@ -62,13 +63,30 @@ class _TextDocument(Open):
     text: str
 
 
-class RerankRequest(Open):
-    """The wire format ``parse_request`` reads (by hand: its refusals name the field and
-    the setting behind a limit); unit tests hold the two together."""
+def _text_or_object(value: Any) -> str | None:
+    return "text" if isinstance(value, str) else "object" if isinstance(value, dict) else None
 
-    query: str = Field(min_length=1)
-    documents: list[str | _TextDocument] = Field(min_length=1)
-    top_n: int | None = Field(None, ge=1, description="all of them when absent")
+
+# a document: a string, or an object with a string text; only that branch reports errors
+_Document = Annotated[
+    Annotated[str, Tag("text")] | Annotated[_TextDocument, Tag("object")],
+    Discriminator(
+        _text_or_object,
+        custom_error_type="document",
+        custom_error_message="must be a string or an object with a string text",
+    ),
+]
+
+
+class RerankRequest(Open):
+    """The wire format ``parse_request`` validates with this model; the limits the server's
+    settings choose (documents, characters) and the rules across fields (listwise's
+    document count, no calibration for listwise) are checked after it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    query: NonBlank
+    documents: list[_Document] = Field(min_length=1)
+    top_n: Annotated[int, Field(ge=1)] | None = Field(None, description="all of them when absent")
     return_documents: bool = False
     model: str | None = None
     x_method: Method = Field(
@@ -125,7 +143,8 @@ class RerankResponse(Open):
     )
     x_prompt_format_version: Literal["semif-1"]
     x_calibration: Calibrated | None = None
-    x_records: list[DecisionRecord] | None = Field(
+    # the records as ``DecisionRecord.dump`` gave them (dicts): written as they are
+    x_records: list[SerializeAsAny[DecisionRecord]] | None = Field(
         None,
         description="with --decision-records answer: every decision's record, in the "
         "documents' order (pointwise; those top_n leaves out too) or the one (listwise)",
@@ -160,33 +179,29 @@ class RerankCall:
 def parse_request(
     body: Mapping[str, Any], *, max_documents: int, max_document_chars: int
 ) -> RerankCall:
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise InvalidRequest("model must be a string", param="model")
-    query = body.get("query")
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidRequest("query must be a non-empty string", param="query")
+    """``body`` validated by ``RerankRequest``, then the settings' limits and the rules
+    across fields; a refusal is an ``InvalidRequest`` whose ``param`` names the field."""
+    try:
+        request = RerankRequest.model_validate(body)
+    except ValidationError as exc:
+        param, message = refusal(exc, body)
+        raise InvalidRequest(f"{param}: {message}", param=param or None) from exc
+    query = request.query
     if len(query) > max_document_chars:
         raise InvalidRequest(
             f"the query is {len(query)} characters; the limit is {max_document_chars}",
             param="query",
             code="query_too_long",
         )
-    raw = body.get("documents")
-    if not isinstance(raw, list) or not raw:
+    if len(request.documents) > max_documents:
         raise InvalidRequest(
-            "documents must be a non-empty list of strings or objects with text", param="documents"
-        )
-    if len(raw) > max_documents:
-        raise InvalidRequest(
-            f"{len(raw)} documents; the limit is {max_documents} (PROXY_RERANK_MAX_DOCUMENTS)",
+            f"{len(request.documents)} documents; the limit is {max_documents} "
+            "(PROXY_RERANK_MAX_DOCUMENTS)",
             param="documents",
             code="too_many_documents",
         )
-    documents = tuple(_document(d, i, max_document_chars) for i, d in enumerate(raw))
-    method = body.get("x_method", "pointwise")
-    if method not in METHODS:
-        raise InvalidRequest(f"x_method must be one of {list(METHODS)}", param="x_method")
+    documents = tuple(_document(d, i, max_document_chars) for i, d in enumerate(request.documents))
+    method = request.x_method
     if method == "listwise" and len(documents) > LISTWISE_MAX:
         raise InvalidRequest(
             f"listwise reads at most {LISTWISE_MAX} documents, got {len(documents)}",
@@ -195,34 +210,26 @@ def parse_request(
         )
     if method == "listwise" and len(documents) < 2:
         raise InvalidRequest("listwise ranks at least 2 documents", param="documents")
-    top_n = body.get("top_n", len(documents))
-    if top_n is None:
-        top_n = len(documents)
-    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-        raise InvalidRequest("top_n must be a positive integer", param="top_n")
-    give = body.get("return_documents", False)
-    if not isinstance(give, bool):
-        raise InvalidRequest("return_documents must be a boolean", param="return_documents")
-    calibration = body.get("x_calibration")
-    if calibration is not None and not isinstance(calibration, str):
-        raise InvalidRequest("x_calibration must be a profile name", param="x_calibration")
-    if calibration is not None and method == "listwise":
+    top_n = len(documents) if request.top_n is None else min(request.top_n, len(documents))
+    if request.x_calibration is not None and method == "listwise":
         raise InvalidRequest(
             "calibration profiles fit pointwise scores; listwise scores are a "
             "distribution over the documents",
             param="x_calibration",
         )
     return RerankCall(
-        model, query, documents, min(top_n, len(documents)), give, method, calibration
+        request.model,
+        query,
+        documents,
+        top_n,
+        request.return_documents,
+        method,
+        request.x_calibration,
     )
 
 
-def _document(value: Any, i: int, limit: int) -> str:
-    text = value.get("text") if isinstance(value, dict) else value
-    if not isinstance(text, str):
-        raise InvalidRequest(
-            "each document is a string or an object with a string text", param=f"documents.{i}"
-        )
+def _document(value: str | _TextDocument, i: int, limit: int) -> str:
+    text = value if isinstance(value, str) else value.text
     if len(text) > limit:
         raise InvalidRequest(
             f"document {i} is {len(text)} characters; the limit is {limit} "
@@ -272,7 +279,8 @@ def response_body(
     ids: Mapping[str, str] | None = None,
     records: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ranked answer: best first (the caller's order among equals), ``top_n`` of them.
+    """The ranked answer (a ``RerankResponse``, dumped): best first (the caller's order
+    among equals), ``top_n`` of them.
     ``ids`` (by question id, proxy/recorder.py): each result's ``x_decision_id``;
     ``records``: every one in ``x_records``."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[: call.top_n]
@@ -280,26 +288,34 @@ def response_body(
     for i in order:
         result: dict[str, Any] = {"index": i, "relevance_score": scores[i]}
         if call.return_documents:
-            result["document"] = {"text": call.documents[i]}
+            result["document"] = _TextDocument.model_construct(text=call.documents[i])
         if ids is not None:
             result["x_decision_id"] = ids["0" if call.method == "listwise" else str(i)]
-        results.append(result)
+        results.append(_Ranked.model_construct(**result))
     prompt = sum(o.tokens_in for o in outcomes.values())
     evaluated = sum(o.prompt_evaluated for o in outcomes.values())
-    body: dict[str, Any] = {
-        "id": uuid.uuid4().hex,
-        "model": model,
-        "object": "list",
-        "results": results,
-        "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
-        "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}},
-        "x_method": call.method,
-        "x_evaluated_tokens": evaluated,  # what llama-server computed; the rest was cached
-        "x_prompt_format_version": PROMPT_FORMAT_VERSION,
-    }
+    body: dict[str, Any] = {}
     calibrated = next((o.calibration for o in outcomes.values() if o.calibration), None)
     if calibrated:
-        body["x_calibration"] = calibrated
+        body["x_calibration"] = Calibrated.model_construct(None, **calibrated)
     if records is not None:
         body["x_records"] = list(records.values())
-    return body
+    return RerankResponse.model_construct(
+        id=uuid.uuid4().hex,
+        model=model,
+        object="list",
+        results=results,
+        usage=_RerankUsage.model_construct(prompt_tokens=prompt, total_tokens=prompt),
+        meta=_COHERE_META,
+        x_method=call.method,
+        x_evaluated_tokens=evaluated,  # what llama-server computed; the rest was cached
+        x_prompt_format_version=PROMPT_FORMAT_VERSION,
+        **body,
+    ).model_dump(exclude_unset=True)
+
+
+# Cohere's meta, the same in every answer
+_COHERE_META = _CohereMeta.model_construct(
+    api_version=_Version.model_construct(version="2"),
+    billed_units=_Billed.model_construct(search_units=1),
+)

@@ -11,8 +11,9 @@
         "layout": "conversation_first" | "options_first"  # optional (decision/prompt.py)
     }
 
-``parse_semif`` turns it into a ``SemifCall`` or raises ``InvalidRequest`` whose
-``param`` names the offending field (``semif.options.3``).
+``parse_chat`` validates a chat body carrying it with ``ChatDecisionRequest`` and turns it
+into a ``ChatDecision``, or raises ``InvalidRequest`` whose ``param`` names the offending
+field (``semif.options.3``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,19 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import ConfigDict, Field, JsonValue, SkipValidation, ValidationError
+from pydantic import (
+    ConfigDict,
+    Discriminator,
+    Field,
+    JsonValue,
+    SkipValidation,
+    Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from ..bounded import BoundedCache
 from ..decision.debias import DebiasError, parse_debias
@@ -36,9 +48,9 @@ from ..decision.question import (
     score_question,
 )
 from ..errors import InvalidRequest
-from .relayed import MESSAGE_STRINGS, check_tool_call
 from .wire import (
     CONTENT_OR_CALLS,
+    Absent,
     ChoiceOptions,
     Closed,
     Debias,
@@ -48,6 +60,7 @@ from .wire import (
     ScoreLevels,
     TextPart,
     ToolCall,
+    refusal,
 )
 
 __all__ = [
@@ -56,11 +69,12 @@ __all__ = [
     "SemifChoice",
     "SemifNoul",
     "SemifScore",
+    "Semif",
     "ChatDecisionRequest",
     "DecisionMessage",
     "SemifCall",
-    "parse_semif",
-    "refuse_incompatible",
+    "ChatDecision",
+    "parse_chat",
     "requested_logprobs",
 ]
 
@@ -69,7 +83,7 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's cap; the whole distribution stays in ``semif``
 
 
 class SemifSpec(Closed):
-    """What ``parse_semif`` validates. ``options``, ``temperature`` and ``debias`` keep
+    """What every kind of ``semif`` has. ``options``, ``temperature`` and ``debias`` keep
     their wire types unchecked here (``SkipValidation``): the question builders and
     ``parse_debias`` check them, naming the exact item (``semif.options.3``)."""
 
@@ -104,39 +118,102 @@ class SemifScore(SemifSpec):
     options: Annotated[ScoreLevels, SkipValidation]
 
 
-class DecisionMessage(Open):
-    """A message a decision read can lay out (``refuse_incompatible``'s rules): text
-    content (a string, null or text parts) and, if any, tool calls. The document also
-    asks llama-server's rule of it (content, or tool calls in an assistant message) and
-    a ``type`` of each tool call, which the read itself does not need."""
+class _UnknownKind(Closed):
+    """A ``semif`` of no known ``type``: recognised so that the refusal names ``type``."""
 
-    model_config = ConfigDict(json_schema_extra=CONTENT_OR_CALLS)
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: Literal["choice", "noul", "score"]
+
+
+def _semif_kind(value: Any) -> str | None:
+    """The branch a ``semif`` object is read by: its ``type`` ("choice" when absent)."""
+    if not isinstance(value, dict):
+        return None
+    kind = value.get("type", "choice")
+    return kind if kind in ("choice", "noul", "score") else "unknown"
+
+
+Semif = Annotated[
+    Annotated[SemifChoice, Tag("choice")]
+    | Annotated[SemifNoul, Tag("noul")]
+    | Annotated[SemifScore, Tag("score")]
+    | Annotated[SkipJsonSchema[_UnknownKind], Tag("unknown")],
+    Discriminator(_semif_kind, custom_error_type="semif", custom_error_message="must be an object"),
+]
+
+
+def _text_or_list(value: Any) -> str | None:
+    return "text" if isinstance(value, str) else "list" if isinstance(value, list) else None
+
+
+# a string, null or a list of text parts; only the branch that applies reports errors
+_Content = Annotated[
+    Annotated[str, Tag("text")] | Annotated[list[TextPart], Tag("list")],
+    Discriminator(
+        _text_or_list,
+        custom_error_type="content",
+        custom_error_message="must be a string, null or a list of text parts",
+    ),
+]
+
+
+class DecisionMessage(Open):
+    """A message a decision read can lay out: text content (a string, null or text parts)
+    and, if any, tool calls whose arguments are JSON text. The document also asks
+    llama-server's rule of it (content, or tool calls in an assistant message), which
+    the read itself does not need."""
+
+    model_config = ConfigDict(json_schema_extra=CONTENT_OR_CALLS, frozen=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
-    name: str | SkipJsonSchema[None] = None  # absent, never null: llama-server refuses it
-    tool_call_id: str | SkipJsonSchema[None] = None
-    reasoning_content: str | SkipJsonSchema[None] = None
+    content: _Content | None = None
+    name: Absent = None  # absent, never null: llama-server refuses it
+    tool_call_id: Absent = None
+    reasoning_content: Absent = None
     tool_calls: list[ToolCall] | None = None
 
 
 class _StreamOptions(Open):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
     include_usage: bool = False
+
+
+def _worded(message: str) -> WrapValidator:
+    """The field's refusal in our words (a boolean is no number here either)."""
+
+    def check(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, bool):
+            raise PydanticCustomError("semif_incompatible", message)
+        try:
+            return handler(value)
+        except ValidationError:
+            raise PydanticCustomError("semif_incompatible", message) from None
+
+    return WrapValidator(check)
 
 
 class ChatDecisionRequest(Open):
     """A chat completion answered as a decision: the fields a one-token read cannot honour
-    (``n`` over 1, tools, ``response_format``) are refused; others are ignored."""
+    (``n`` over 1, tools, ``response_format``) are refused; others are ignored.
+    ``parse_chat`` validates every decision body with it."""
 
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
     messages: Annotated[list[DecisionMessage], Field(min_length=1)]
-    semif: SemifChoice | SemifNoul | SemifScore
+    semif: Semif
     model: JsonValue = Field(None, description="echoed in the answer when it is a string")
     stream: bool = Field(False, description="the whole answer as one chunk, then [DONE]")
     stream_options: _StreamOptions | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
-    n: Literal[1] | None = None
-    tools: Annotated[list[JsonValue], Field(max_length=0)] | None = None
-    response_format: None = None
+    n: Annotated[Literal[1], _worded("semif answers one choice; n must be 1")] | None = None
+    tools: (
+        Annotated[
+            list[JsonValue], Field(max_length=0), _worded("semif cannot be combined with tools")
+        ]
+        | None
+    ) = None
+    response_format: Annotated[None, _worded("semif cannot be combined with response_format")] = (
+        None
+    )
     chat_template_kwargs: dict[str, JsonValue] | None = None
 
 
@@ -150,35 +227,63 @@ class SemifCall:
     layout: str = DEFAULT_LAYOUT  # where the options go (decision/prompt.py)
 
 
-# Valid calls by their JSON text: most traffic repeats the same few questions,
-# and a call is a pure function of its JSON (key order included: it orders options).
+@dataclass(frozen=True)
+class ChatDecision:
+    """A chat body with ``semif`` as the model read it: the typed request, the question it
+    asks, and how many options ``choices[0].logprobs`` lists (None: not asked)."""
+
+    request: ChatDecisionRequest
+    call: SemifCall
+    top_logprobs: int | None
+
+    @property
+    def model(self) -> str | None:
+        """The model the request names, when it names one by a string."""
+        return self.request.model if isinstance(self.request.model, str) else None
+
+    @property
+    def include_usage(self) -> bool:
+        options = self.request.stream_options
+        return options is not None and options.include_usage
+
+
+# Questions by their ``semif``'s JSON text: most traffic repeats the same few questions,
+# and a question is a pure function of its JSON (key order included: it orders options).
 _MAX_PARSED = 512
 _PARSED: BoundedCache[bytes, SemifCall] = BoundedCache(_MAX_PARSED)
 _MAX_KEY_BYTES = 8 * 1024  # with _MAX_PARSED: a few MB at most
 
 
-def parse_semif(raw: object) -> SemifCall:
-    if not isinstance(raw, dict):
-        raise InvalidRequest("semif must be an object", param="semif")
+def parse_chat(body: dict[str, Any]) -> ChatDecision:
+    """``body`` validated by ``ChatDecisionRequest``, its ``semif`` built into a question;
+    a refusal is an ``InvalidRequest`` whose ``param`` names the field (``semif.options.3``)."""
+    try:
+        request = ChatDecisionRequest.model_validate(body)
+    except ValidationError as exc:
+        param, message = refusal(exc, body)
+        raise InvalidRequest(f"{param}: {message}", param=param or None) from exc
+    spec = request.semif
+    assert not isinstance(spec, _UnknownKind)  # its ``type`` is refused by the model
+    return ChatDecision(request, _semif_call(spec, body["semif"]), requested_logprobs(request))
+
+
+def _semif_call(spec: SemifSpec, raw: Any) -> SemifCall:
+    """``spec``'s call, remembered by ``raw``'s JSON text."""
     try:
         key = orjson.dumps(raw)
-    except TypeError:  # not JSON (a caller outside HTTP): parse without remembering
-        return _parse(raw)
+    except TypeError:  # not JSON (a caller outside HTTP): build without remembering
+        return _build(spec)
     call = _PARSED.get(key)
     if call is None:
-        call = _parse(raw)
+        call = _build(spec)
         if len(key) <= _MAX_KEY_BYTES:
             _PARSED.put(key, call)
     return call
 
 
-def _parse(raw: dict[str, Any]) -> SemifCall:
-    try:
-        spec = SemifSpec.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(part) for part in first["loc"])
-        raise InvalidRequest(f"semif.{loc}: {first['msg']}", param=f"semif.{loc}") from exc
+def _build(spec: SemifSpec) -> SemifCall:
+    """The question the validated ``spec`` asks: the builders and ``parse_debias`` check
+    what the model leaves to them (options, temperature, debias), naming the item."""
     try:
         temperature = check_temperature(spec.temperature, ("temperature",))
         question = _BUILDERS[spec.type](spec.options, loc=("options",), temperature=temperature)
@@ -196,91 +301,12 @@ def _parse(raw: dict[str, Any]) -> SemifCall:
     )
 
 
-def requested_logprobs(body: dict[str, Any]) -> int | None:
-    """How many options to list in ``choices[0].logprobs`` (``top_logprobs``, 0 to 20), or
-    None when the request did not ask for log-probabilities (OpenAI's rules: ``logprobs``
-    a boolean, ``top_logprobs`` only with ``logprobs: true``)."""
-    wanted, top = body.get("logprobs"), body.get("top_logprobs")
-    if wanted is not None and not isinstance(wanted, bool):
-        raise InvalidRequest("logprobs must be a boolean", param="logprobs")
-    if top is not None and (
-        isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS
-    ):
-        raise InvalidRequest(
-            f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}", param="top_logprobs"
-        )
-    if not wanted:
-        if top is not None:
-            raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+def requested_logprobs(request: ChatDecisionRequest) -> int | None:
+    """How many options to list in ``choices[0].logprobs`` (``top_logprobs``), or None when
+    the request did not ask for log-probabilities; OpenAI's rule across the two fields:
+    ``top_logprobs`` only with ``logprobs: true``."""
+    if not request.logprobs:
+        if request.top_logprobs is not None:
+            raise InvalidRequest("top_logprobs: needs logprobs: true", param="top_logprobs")
         return None
-    return 0 if top is None else top
-
-
-def refuse_incompatible(body: dict[str, Any]) -> None:
-    """Fields that cannot be honoured by a one-token decision read are refused, not ignored."""
-    n = body.get("n")
-    if n is not None and (isinstance(n, bool) or n != 1):
-        raise InvalidRequest("semif answers one choice; n must be 1", param="n")
-    tools = body.get("tools")
-    if tools is not None and tools != []:
-        raise InvalidRequest("semif cannot be combined with tools", param="tools")
-    if body.get("response_format") is not None:
-        raise InvalidRequest(
-            "semif cannot be combined with response_format", param="response_format"
-        )
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages must be a non-empty list", param="messages")
-    for i, message in enumerate(messages):
-        _check_message(message, f"messages.{i}")
-    kwargs = body.get("chat_template_kwargs")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise InvalidRequest("chat_template_kwargs must be an object", param="chat_template_kwargs")
-
-
-_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-
-
-def _check_message(message: object, param: str) -> None:
-    """A message a decision read can lay out: a known role, text content (a string,
-    null, or text parts) and, if present, a list of tool calls."""
-    if (
-        not isinstance(message, dict)
-        or not isinstance(message.get("role"), str)
-        or message["role"] not in _ROLES
-    ):
-        raise InvalidRequest(
-            f"each message must be an object with a role among {sorted(_ROLES)}", param=param
-        )
-    content = message.get("content")
-    if isinstance(content, list):
-        for j, part in enumerate(content):
-            if not (
-                isinstance(part, dict)
-                and part.get("type") == "text"
-                and isinstance(part.get("text"), str)
-            ):
-                raise InvalidRequest(
-                    "semif reads text only: each content part must be "
-                    '{"type": "text", "text": "..."}',
-                    param=f"{param}.content.{j}",
-                )
-    elif content is not None and not isinstance(content, str):
-        raise InvalidRequest(
-            "content must be a string, null or a list of text parts", param=f"{param}.content"
-        )
-    for field in MESSAGE_STRINGS:
-        if field in message and not isinstance(message[field], str):
-            raise InvalidRequest(f"{field} must be a string", param=f"{param}.{field}")
-    calls = message.get("tool_calls")
-    if calls is None:
-        return
-    if not isinstance(calls, list):
-        raise InvalidRequest("tool_calls must be a list", param=f"{param}.tool_calls")
-    for k, call in enumerate(calls):
-        check_tool_call(call, f"{param}.tool_calls.{k}")
-        if not isinstance(call["function"]["arguments"], str):
-            raise InvalidRequest(
-                "a tool call's arguments must be a string (JSON text)",
-                param=f"{param}.tool_calls.{k}.function.arguments",
-            )
+    return request.top_logprobs or 0

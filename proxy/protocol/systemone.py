@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, JsonValue, SkipValidation, ValidationError, field_validator
+from pydantic import (
+    Field,
+    JsonValue,
+    SerializeAsAny,
+    SkipValidation,
+    ValidationError,
+    field_validator,
+)
 
 from ..decision.debias import DebiasError, parse_debias
 from ..decision.outcome import Outcome
@@ -121,34 +128,43 @@ class _ReadFacts(Open):
 
     x_label_mass: Annotated[float, Field(ge=0)]
     x_reads: Annotated[int, Field(ge=1)]
-    x_prompt_format_version: Literal["semif-1"]
-    x_prompt_tokens: Count = Field(description="what a replay of the prompt must tokenise to")
     x_calibration: Calibrated | None = None
     x_route: Route | None = None
     x_route_reason: RouteReason | None = None
     x_debias: DebiasMethod | None = None
     x_debias_note: str | None = None
     x_rotations: list[_Rotation] | None = None
+    x_prompt_format_version: Literal["semif-1"]
+    x_prompt_tokens: Count = Field(description="what a replay of the prompt must tokenise to")
     x_read_scheme: str | None = None
     x_repeatable: bool | None = None
     x_decision_id: str | None = Field(
         None, description="the decision's id in the records and outcomes (docs/records.md)"
     )
-    x_record: DecisionRecord | None = Field(
+    # the record as ``DecisionRecord.dump`` gave it (a dict): written as it is
+    x_record: SerializeAsAny[DecisionRecord] | None = Field(
         None, description="the decision record (--decision-records answer)"
     )
 
 
-class SystemOneChoiceAnswer(ChoiceAnswer, _ReadFacts):
+# _ReadFacts last in each MRO: its fields follow the answer's, in the order written
+class SystemOneChoiceAnswer(_ReadFacts, ChoiceAnswer):
     pass
 
 
-class SystemOneScoreAnswer(ScoreAnswer, _ReadFacts):
+class SystemOneScoreAnswer(_ReadFacts, ScoreAnswer):
     pass
 
 
-class SystemOneNoulAnswer(NoulAnswer, _ReadFacts):
+class SystemOneNoulAnswer(_ReadFacts, NoulAnswer):
     pass
+
+
+_ANSWERS: dict[str, type[_ReadFacts]] = {
+    "choice": SystemOneChoiceAnswer,
+    "score": SystemOneScoreAnswer,
+    "noul": SystemOneNoulAnswer,
+}
 
 
 class _SystemOneUsage(Open):
@@ -231,15 +247,16 @@ def response_body(
     ids: Mapping[str, str] | None = None,
     records: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The System One answer; ``ids`` and ``records`` (proxy/recorder.py), by question id,
-    in each answer's ``x_decision_id`` and ``x_record``."""
+    """The System One answer (a ``SystemOneResponse``, dumped); ``ids`` and ``records``
+    (proxy/recorder.py), by question id, in each answer's ``x_decision_id`` and
+    ``x_record``."""
     answers = {}
     for qid, outcome in outcomes.items():
         answer = system_one_answer(outcome.decision)
         answer["x_label_mass"] = outcome.decision.label_mass
         answer["x_reads"] = outcome.reads
         if outcome.calibration is not None:
-            answer["x_calibration"] = outcome.calibration
+            answer["x_calibration"] = Calibrated.model_construct(None, **outcome.calibration)
             answer["x_route"] = outcome.route
             answer["x_route_reason"] = outcome.route_reason
         if outcome.debias is not None:
@@ -248,7 +265,8 @@ def response_body(
                 answer["x_debias_note"] = outcome.debias_note
         if outcome.rotations:
             answer["x_rotations"] = [
-                {"shift": s, "by_position": list(p)} for s, p in outcome.rotations
+                _Rotation.model_construct(shift=s, by_position=list(p))
+                for s, p in outcome.rotations
             ]
         answer["x_prompt_format_version"] = PROMPT_FORMAT_VERSION
         answer["x_prompt_tokens"] = outcome.prompt_tokens  # what a replay must tokenise to
@@ -260,13 +278,13 @@ def response_body(
             answer["x_decision_id"] = ids[qid]
         if records is not None:
             answer["x_record"] = records[qid]
-        answers[qid] = answer
-    return {
-        "model": model,
-        "answers": answers,
-        "usage": {  # the API's fields, all prompt tokens; the cached share as an extension
-            "input_tokens": sum(o.tokens_in for o in outcomes.values()),
-            "output_tokens": sum(o.reads for o in outcomes.values()),
-            "x_cached_input_tokens": sum(o.tokens_cached for o in outcomes.values()),
-        },
-    }
+        answers[qid] = _ANSWERS[outcome.decision.question.kind].model_construct(**answer)
+    # the API's fields, all prompt tokens; the cached share as an extension
+    usage = _SystemOneUsage.model_construct(
+        input_tokens=sum(o.tokens_in for o in outcomes.values()),
+        output_tokens=sum(o.reads for o in outcomes.values()),
+        x_cached_input_tokens=sum(o.tokens_cached for o in outcomes.values()),
+    )
+    return SystemOneResponse.model_construct(model=model, answers=answers, usage=usage).model_dump(
+        exclude_unset=True
+    )

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from ..decision.question import MAX_LEVELS, MAX_OPTIONS, MIN_LEVELS, MIN_OPTIONS
 
@@ -36,6 +37,11 @@ __all__ = [
     "Open",
     "Layout",
     "PromptFormat",
+    "Absent",
+    "NOT_BLANK",
+    "NonBlank",
+    "param_of",
+    "refusal",
 ]
 
 
@@ -103,6 +109,49 @@ Layout = Literal["conversation_first", "options_first"]
 PromptFormat = Literal["semif-1", "semif-3"]
 
 
+# text that is not only white space (``refusal`` words its refusal "must not be empty")
+NOT_BLANK = r"[^\s\x1c-\x1f]"  # Python's white space (str.isspace) included
+NonBlank = Annotated[str, Field(pattern=NOT_BLANK)]
+
+
+def _not_null(value: str | None) -> str | None:
+    if value is None:
+        raise PydanticCustomError("not_null", "must be a string; leave it out rather than null")
+    return value
+
+
+# a string that may be left out but is never null (llama-server's template refuses null);
+# a default of None is not validated, so only an explicit null is refused
+Absent = Annotated[str | SkipJsonSchema[None], AfterValidator(_not_null)]
+
+
+def param_of(body: object, loc: tuple[str | int, ...], *, keep_last: bool) -> str:
+    """The dotted path of the steps of pydantic's ``loc`` found in ``body``: union tags
+    are skipped; the last step (a missing field) is kept when asked."""
+    parts: list[str] = []
+    here = body
+    for i, step in enumerate(loc):
+        if isinstance(here, dict) and isinstance(step, str) and step in here:
+            here = here[step]
+        elif isinstance(here, list) and isinstance(step, int) and 0 <= step < len(here):
+            here = here[step]
+        elif not (keep_last and i == len(loc) - 1):
+            continue
+        parts.append(str(step))
+    return ".".join(parts)
+
+
+def refusal(exc: ValidationError, body: object) -> tuple[str, str]:
+    """The field a model's first error names (``param_of``) and its message."""
+    first = exc.errors()[0]
+    message = first["msg"]
+    if first["type"] == "string_pattern_mismatch" and first.get("ctx", {}).get("pattern") == (
+        NOT_BLANK
+    ):
+        message = "must not be empty"
+    return param_of(body, first["loc"], keep_last=first["type"] == "missing"), message
+
+
 class TextPart(Open):
     """A chat message's text content part (OpenAI's shape)."""
 
@@ -119,5 +168,5 @@ class ToolCall(Open):
     """A tool call an assistant message carries (OpenAI's shape)."""
 
     type: Literal["function"]
-    id: str | SkipJsonSchema[None] = None
+    id: Absent = None
     function: Function

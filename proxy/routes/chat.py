@@ -12,7 +12,7 @@ from ..decision.outcome import Outcome
 from ..errors import InvalidRequest
 from ..protocol.chat import completion_body, completion_chunks
 from ..protocol.relayed import relayed_body
-from ..protocol.semif import parse_semif, refuse_incompatible, requested_logprobs
+from ..protocol.semif import ChatDecision, parse_chat
 from ..recorder import Context, Decided
 from ..served import UnknownModel
 from ..service import Asked
@@ -44,12 +44,11 @@ async def chat_reply(request: web.Request, body: dict[str, Any], raw: bytes) -> 
             request, request.app[UPSTREAM], data, path, relayed_work(request.app, path, body, data)
         )
     request[KIND] = "decision"
-    top = requested_logprobs(body)
-    include_usage = _include_usage(body)
     context = context_of(request, "chat", question_ids=False)
-    outcome, model, stream, decided = await _decision(request.app, body, raw, context)
+    chat, outcome, decided = await _decision(request.app, body, raw, context)
     decision_id, record = _one(decided)
-    if not stream:
+    model, top = chat.model, chat.top_logprobs
+    if not chat.request.stream:
         return json_response(
             completion_body(outcome, model, top, decision_id, record),
             headers=request_header(context),
@@ -62,7 +61,8 @@ async def chat_reply(request: web.Request, body: dict[str, Any], raw: bytes) -> 
         }
     )
     await response.prepare(request)
-    for chunk in completion_chunks(outcome, model, top, include_usage, decision_id, record):
+    chunks = completion_chunks(outcome, model, top, chat.include_usage, decision_id, record)
+    for chunk in chunks:
         await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
@@ -73,9 +73,8 @@ async def chat_record(
     app: web.Application, body: dict[str, Any], raw: bytes, context: Context
 ) -> dict[str, Any]:
     """The whole answer to a chat decision body (no stream), as one JSON object."""
-    top = requested_logprobs(body)
-    outcome, model, _stream, decided = await _decision(app, body, raw, context)
-    return completion_body(outcome, model, top, *_one(decided))
+    chat, outcome, decided = await _decision(app, body, raw, context)
+    return completion_body(outcome, chat.model, chat.top_logprobs, *_one(decided))
 
 
 def _one(decided: Decided) -> tuple[str, dict[str, Any] | None]:
@@ -83,38 +82,22 @@ def _one(decided: Decided) -> tuple[str, dict[str, Any] | None]:
     return decided.ids["0"], decided.records["0"] if decided.records is not None else None
 
 
-def _include_usage(body: dict[str, Any]) -> bool:
-    options = body.get("stream_options")
-    if options is None:
-        return False
-    if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
-        raise InvalidRequest(
-            "stream_options must be an object whose include_usage is a boolean",
-            param="stream_options",
-        )
-    return bool(options.get("include_usage", False))
-
-
 async def _decision(
     app: web.Application, body: dict[str, Any], raw: bytes, context: Context
-) -> tuple[Outcome, str | None, bool, Decided]:
-    """The decision a chat body with ``semif`` asks for: (outcome, model, stream, its id
-    and record)."""
+) -> tuple[ChatDecision, Outcome, Decided]:
+    """The decision a chat body with ``semif`` asks for: the body as its model read it,
+    the outcome, and its id and record."""
     check_depth(body, raw)
-    call = parse_semif(body["semif"])
-    refuse_incompatible(body)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise InvalidRequest("stream must be a boolean", param="stream")
-    model = body.get("model") if isinstance(body.get("model"), str) else None
+    chat = parse_chat(body)
+    call, model = chat.call, chat.model
     try:  # one model: any name, as llama-server allows; a router: one of its models
         service = await app[MODELS].service(model, strict=False)
     except UnknownModel as exc:
         raise InvalidRequest(exc.message(), param="model", code="model_not_found") from exc
     asked = Asked(
-        body["messages"],
+        body["messages"],  # validated; sent to the chat template as the client wrote them
         {"0": call.question},
-        body.get("chat_template_kwargs"),
+        chat.request.chat_template_kwargs,
         call.layout,
         calibration=call.calibration,
         calibration_param="semif.calibration",
@@ -126,4 +109,4 @@ async def _decision(
     )
     answered = await service.answer(asked, context.facts)
     decided = recorded(app, context, asked, answered, service)
-    return answered["0"], model, stream, decided
+    return chat, answered["0"], decided

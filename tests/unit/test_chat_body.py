@@ -9,7 +9,7 @@ from proxy.decision.question import choice_question, noul_question
 from proxy.decision.readout import decide
 from proxy.errors import InvalidRequest
 from proxy.protocol.chat import LEAST_LOGPROB, completion_body, completion_chunks
-from proxy.protocol.semif import requested_logprobs
+from proxy.protocol.semif import parse_chat
 
 ln = math.log
 
@@ -61,6 +61,12 @@ def test_a_noul_answer_lists_true_and_false():
     assert [e["token"] for e in position["top_logprobs"]] == ["true", "false"]
 
 
+def _parsed(body):
+    return parse_chat(
+        {"messages": [{"role": "user", "content": "hi"}], "semif": {"type": "noul"}, **body}
+    )
+
+
 @pytest.mark.parametrize(
     ("body", "top"),
     [
@@ -71,7 +77,7 @@ def test_a_noul_answer_lists_true_and_false():
     ],
 )
 def test_requested_logprobs(body, top):
-    assert requested_logprobs(body) == top
+    assert _parsed(body).top_logprobs == top
 
 
 @pytest.mark.parametrize(
@@ -85,7 +91,7 @@ def test_requested_logprobs(body, top):
 )
 def test_bad_logprobs_requests_are_refused(body, param):
     with pytest.raises(InvalidRequest) as err:
-        requested_logprobs(body)
+        _parsed(body)
     assert err.value.param == param
 
 

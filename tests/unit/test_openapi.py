@@ -46,9 +46,7 @@ from proxy.protocol.meta import Alive, ExecutionParameters, Health, ModelList, M
 from proxy.protocol.records import RouteReason
 from proxy.protocol.semif import (
     SemifSpec,
-    parse_semif,
-    refuse_incompatible,
-    requested_logprobs,
+    parse_chat,
 )
 from proxy.protocol.wire import Layout, PromptFormat
 
@@ -270,9 +268,7 @@ ACCEPTED = [
 @pytest.mark.parametrize(("name", "body"), ACCEPTED)
 def test_bodies_the_code_accepts_are_valid_in_the_document(name, body):
     if name == "ChatDecisionRequest":
-        parse_semif(body["semif"])
-        refuse_incompatible(body)
-        requested_logprobs(body)
+        parse_chat(body)
     elif name == "SystemOneRequest":
         systemone.parse_request(body)
     elif name == "DecisionsRequest":

@@ -40,7 +40,7 @@ from proxy.decision.readout import (
 )
 from proxy.errors import InvalidRequest, Unprocessable
 from proxy.protocol import decisions, systemone
-from proxy.protocol.semif import parse_semif
+from proxy.protocol.semif import parse_chat
 
 PROPERTY = settings(max_examples=200, deadline=None, derandomize=True, database=None)
 TEMPERATURES = st.floats(min_value=1e-2, max_value=1e2)
@@ -306,7 +306,7 @@ def _assert_valid_question(q: Question) -> None:
 @given(SEMIF)
 def test_parse_semif_gives_a_valid_question_or_invalid_request(raw: Any) -> None:
     try:
-        call = parse_semif(raw)
+        call = parse_chat({"messages": [{"role": "user", "content": "hi"}], "semif": raw}).call
     except InvalidRequest as err:
         assert type(err) is InvalidRequest and err.param and err.param.startswith("semif")
         return

@@ -38,7 +38,7 @@ def parse(**changes):
         ({"documents": "one"}, "documents", None),
         ({"documents": ["a"] * 5}, "documents", "too_many_documents"),
         ({"documents": ["a", 7]}, "documents.1", None),
-        ({"documents": ["a", {"txt": "b"}]}, "documents.1", None),
+        ({"documents": ["a", {"txt": "b"}]}, "documents.1.text", None),
         ({"documents": ["a", "b" * 51]}, "documents.1", "document_too_long"),
         ({"top_n": 0}, "top_n", None),
         ({"top_n": True}, "top_n", None),

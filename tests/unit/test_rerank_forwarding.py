@@ -73,3 +73,28 @@ async def test_a_chat_models_501_keeps_rerank_here():
     assert resp.status == 400 and error["param"] == "documents"
     assert again.status == 400
     assert len(seen) == 1  # asked once, then remembered
+
+
+async def test_a_rule_the_model_alone_declares_is_the_documents_and_the_routes():
+    """A blank query and a ``top_n`` of true are refused by ``RerankRequest`` alone (no hand
+    check is left): the published schema says so, and the route answers the model's
+    refusal, naming the field."""
+    from proxy.openapi import openapi_document
+    from proxy.protocol.wire import NOT_BLANK
+
+    request = openapi_document()["components"]["schemas"]["RerankRequest"]["properties"]
+    assert request["query"]["pattern"] == NOT_BLANK
+    assert request["top_n"]["anyOf"][0] == {"minimum": 1, "type": "integer"}
+    seen: list = []
+    async with TestServer(recorded(False, seen)) as upstream:
+        settings = Settings(upstream_url=str(upstream.make_url("")).rstrip("/"))
+        async with TestClient(TestServer(create_app(settings))) as client:
+            blank = await client.post("/v1/rerank", json={"query": " \t", "documents": ["a"]})
+            blank_error = (await blank.json())["error"]
+            top = await client.post(
+                "/v1/rerank", json={"query": "q", "documents": ["a"], "top_n": True}
+            )
+            top_error = (await top.json())["error"]
+    assert blank.status == 400 and blank_error["param"] == "query"
+    assert blank_error["message"] == "query: must not be empty"
+    assert top.status == 400 and top_error["param"] == "top_n"

@@ -3,9 +3,19 @@ import math
 import pytest
 
 from proxy.errors import InvalidRequest
-from proxy.protocol.semif import parse_semif, refuse_incompatible
+from proxy.protocol.semif import parse_chat
 
 MANY = [f"o{i}" for i in range(256)]
+BASE = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+def parse_semif(semif):
+    """The call a chat body with ``semif`` asks (``parse_chat`` validates the whole body)."""
+    return parse_chat({**BASE, "semif": semif}).call
+
+
+def refuse_incompatible(body):
+    parse_chat({"semif": {"options": ["a", "b"]}, **body})
 
 
 @pytest.mark.parametrize(
@@ -80,9 +90,6 @@ def test_valid_semif(semif, kind, names):
     assert q.temperature == float(semif.get("temperature", 1.0))
 
 
-BASE = {"messages": [{"role": "user", "content": "hi"}]}
-
-
 def _call(**fields):
     """A tool call as OpenAI writes it, with ``fields`` replaced."""
     return {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}, **fields}
@@ -96,18 +103,21 @@ def _call(**fields):
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"messages": []}, "messages"),
         ({"messages": "hi"}, "messages"),
-        ({"messages": [{"content": "no role"}]}, "messages.0"),
+        ({"messages": [{"content": "no role"}]}, "messages.0.role"),
         ({"chat_template_kwargs": "thinking"}, "chat_template_kwargs"),
         ({"n": True}, "n"),
         ({"tools": {}}, "tools"),
         ({"tools": False}, "tools"),
-        ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0"),
-        ({"messages": [{"role": ["user"], "content": "x"}]}, "messages.0"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": ["user"], "content": "x"}]}, "messages.0.role"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-            "messages.0.content.0",
+            "messages.0.content.0.type",
         ),
-        ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+            "messages.0.content.0.text",
+        ),
         ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
         (
             {"messages": [{"role": "user", "content": "x", "tool_calls": 5}]},
@@ -115,7 +125,7 @@ def _call(**fields):
         ),
         (
             {"messages": [{"role": "assistant", "content": "x", "tool_calls": [{}]}]},
-            "messages.0.tool_calls.0",
+            "messages.0.tool_calls.0.type",
         ),
         (
             {"messages": [{"role": "tool", "content": "x", "tool_call_id": 7}]},
@@ -137,11 +147,11 @@ def _call(**fields):
         ),
         (
             {"messages": [{"role": "assistant", "content": "x", "tool_calls": [_call(type="x")]}]},
-            "messages.0.tool_calls.0",
+            "messages.0.tool_calls.0.type",
         ),
         (
             {"messages": [{"role": "assistant", "content": "x", "tool_calls": [_call(type=None)]}]},
-            "messages.0.tool_calls.0",
+            "messages.0.tool_calls.0.type",
         ),
         (
             {
@@ -234,3 +244,43 @@ def test_very_large_calls_are_parsed_but_not_remembered():
 )
 def test_the_layout_is_a_field_of_the_request(semif, layout):
     assert parse_semif(semif).layout == layout
+
+
+async def test_a_rule_the_model_alone_declares_is_the_documents_and_the_routes():
+    """``top_logprobs`` at most 20 and a message's role are declared by
+    ``ChatDecisionRequest`` alone (no hand check is left): the published schema says so,
+    and the chat route answers the model's refusal, naming the field."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from proxy.app import create_app
+    from proxy.config import Settings
+    from proxy.openapi import openapi_document
+
+    schemas = openapi_document()["components"]["schemas"]
+    top = schemas["ChatDecisionRequest"]["properties"]["top_logprobs"]["anyOf"][0]
+    assert top["maximum"] == 20
+    assert set(schemas["DecisionMessage"]["properties"]["role"]["enum"]) == {
+        "system",
+        "developer",
+        "user",
+        "assistant",
+        "tool",
+    }
+    settings = Settings(upstream_url="http://127.0.0.1:9")
+    semif = {"options": ["a", "b"]}
+    async with TestClient(TestServer(create_app(settings))) as client:
+        resp = await client.post(
+            "/v1/chat/completions",
+            json={**BASE, "semif": semif, "logprobs": True, "top_logprobs": 21},
+        )
+        assert resp.status == 400
+        top_error = (await resp.json())["error"]
+        resp = await client.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "robot", "content": "x"}], "semif": semif},
+        )
+        assert resp.status == 400
+        role_error = (await resp.json())["error"]
+    assert top_error["param"] == "top_logprobs"
+    assert top_error["message"] == "top_logprobs: Input should be less than or equal to 20"
+    assert role_error["param"] == "messages.0.role"
