@@ -9,12 +9,12 @@ MANY = [f"o{i}" for i in range(256)]
 BASE = {"messages": [{"role": "user", "content": "hi"}]}
 
 
-def parse_semif(semif):
+def _semif_call(semif):
     """The call a chat body with ``semif`` asks (``parse_chat`` validates the whole body)."""
     return parse_chat({**BASE, "semif": semif}).call
 
 
-def refuse_incompatible(body):
+def _parse_body(body):
     parse_chat({"semif": {"options": ["a", "b"]}, **body})
 
 
@@ -67,7 +67,7 @@ def refuse_incompatible(body):
 )
 def test_invalid_semif_is_refused_naming_the_field(semif, param, says):
     with pytest.raises(InvalidRequest) as caught:
-        parse_semif(semif)
+        _semif_call(semif)
     assert caught.value.status == 400
     assert caught.value.param == param
     assert says in caught.value.message
@@ -85,7 +85,7 @@ def test_invalid_semif_is_refused_naming_the_field(semif, param, says):
     ],
 )
 def test_valid_semif(semif, kind, names):
-    q = parse_semif(semif).question
+    q = _semif_call(semif).question
     assert (q.kind, q.names) == (kind, names)
     assert q.temperature == float(semif.get("temperature", 1.0))
 
@@ -169,7 +169,7 @@ def _call(**fields):
 )
 def test_incompatible_fields_are_refused(extra, param):
     with pytest.raises(InvalidRequest) as caught:
-        refuse_incompatible({**BASE, **extra})
+        _parse_body({**BASE, **extra})
     assert caught.value.param == param
 
 
@@ -202,7 +202,7 @@ def test_incompatible_fields_are_refused(extra, param):
     ],
 )
 def test_compatible_fields_pass(extra):
-    refuse_incompatible({**BASE, **extra})
+    _parse_body({**BASE, **extra})
 
 
 @pytest.mark.parametrize(
@@ -210,13 +210,13 @@ def test_compatible_fields_pass(extra):
     [(None, ()), ("cyclic", (0, 1, 2)), ({"method": "cyclic", "rotations": 2}, (0, 1))],
 )
 def test_debias_becomes_the_shifts_to_read(debias, expected):
-    assert parse_semif({"options": ["a", "b", "c"], "debias": debias}).debias == expected
+    assert _semif_call({"options": ["a", "b", "c"], "debias": debias}).debias == expected
 
 
 def test_repeated_calls_are_parsed_once_and_option_order_still_counts():
-    first = parse_semif({"options": {"b": "bee", "a": None}, "temperature": 2})
-    again = parse_semif({"options": {"b": "bee", "a": None}, "temperature": 2})
-    reordered = parse_semif({"options": {"a": None, "b": "bee"}, "temperature": 2})
+    first = _semif_call({"options": {"b": "bee", "a": None}, "temperature": 2})
+    again = _semif_call({"options": {"b": "bee", "a": None}, "temperature": 2})
+    reordered = _semif_call({"options": {"a": None, "b": "bee"}, "temperature": 2})
     assert again is first
     assert first.question.names == ("b", "a") and reordered.question.names == ("a", "b")
 
@@ -224,14 +224,14 @@ def test_repeated_calls_are_parsed_once_and_option_order_still_counts():
 def test_invalid_calls_are_refused_every_time():
     for _ in range(2):
         with pytest.raises(InvalidRequest, match="at least 2"):
-            parse_semif({"options": ["only"]})
+            _semif_call({"options": ["only"]})
 
 
 def test_very_large_calls_are_parsed_but_not_remembered():
     from proxy.protocol import semif
 
     big = {"options": {"a": "x" * 10_000, "b": None}}
-    assert parse_semif(big) is not parse_semif(big)
+    assert _semif_call(big) is not _semif_call(big)
     assert all(len(key) <= semif._MAX_KEY_BYTES for key in semif._PARSED)
 
 
@@ -243,7 +243,7 @@ def test_very_large_calls_are_parsed_but_not_remembered():
     ],
 )
 def test_the_layout_is_a_field_of_the_request(semif, layout):
-    assert parse_semif(semif).layout == layout
+    assert _semif_call(semif).layout == layout
 
 
 async def test_a_rule_the_model_alone_declares_is_the_documents_and_the_routes():
