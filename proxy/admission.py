@@ -34,34 +34,13 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from .deadlines import Deadline
 from .errors import InvalidRequest, Overloaded, UpstreamTimeout
 from .facts import Facts
-from .queueing import estimated_finish_s, finish_s, smoothed, turns_s
+from .queueing import Work, estimated_finish_s, finish_s, smoothed, turns_s
 
 __all__ = ["Admission", "Work", "server_timing"]
-
-
-@dataclass(frozen=True)
-class Work:
-    """What an admitted request will take: the prompt tokens its plan evaluates and the
-    seconds its steps take on an idle llama-server."""
-
-    tokens: int
-    seconds: float
-    # seconds until its first token on an idle server, when less than all of it (a relayed
-    # generation, whose ``seconds`` count every token it may generate): what its own
-    # refusal is judged by
-    first_s: float | None = None
-    # seconds a relayed generation holds its llama-server slot while a decision's prompt
-    # is evaluated beside it: each token waits for one llama-server iteration, which then
-    # carries a chunk of that prompt too (what a decision admitted behind it waits for)
-    paced_s: float | None = None
-
-    def describe(self) -> str:
-        return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
 
 
 _HEADROOM = 0.8  # admit only what the estimate finishes within this share of the deadline

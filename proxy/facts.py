@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .admission import Work
+    from .queueing import Work
 
 __all__ = ["Facts", "UpstreamClock"]
 

@@ -1,4 +1,5 @@
-"""When admitted work finishes: the pure formulas admission judges by (proxy/admission.py).
+"""When admitted work finishes: what a request's work is (``Work``) and the pure formulas
+admission judges by (proxy/admission.py).
 
 Each takes the seconds of work a request brings and those of the requests ahead of it,
 and models how llama-server's slots serve them: in turns, the prompts in the slots at
@@ -10,8 +11,30 @@ decisions (``estimated_finish_s``, with ``smoothed`` the measured mean).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-__all__ = ["estimated_finish_s", "finish_s", "smoothed", "turns_s"]
+__all__ = ["Work", "estimated_finish_s", "finish_s", "smoothed", "turns_s"]
+
+
+@dataclass(frozen=True)
+class Work:
+    """What an admitted request will take: the prompt tokens its plan evaluates and the
+    seconds its steps take on an idle llama-server."""
+
+    tokens: int
+    seconds: float
+    # seconds until its first token on an idle server, when less than all of it (a relayed
+    # generation, whose ``seconds`` count every token it may generate): what its own
+    # refusal is judged by
+    first_s: float | None = None
+    # seconds a relayed generation holds its llama-server slot while a decision's prompt
+    # is evaluated beside it: each token waits for one llama-server iteration, which then
+    # carries a chunk of that prompt too (what a decision admitted behind it waits for)
+    paced_s: float | None = None
+
+    def describe(self) -> str:
+        return f"about {self.tokens:,} prompt tokens, about {self.seconds:.0f} s on this server"
+
 
 _SMOOTHING = 0.2  # weight of the newest decision in the moving average of decision time
 
